@@ -1,0 +1,46 @@
+# Two commands from a fresh clone: `make demo` and `make test`. Both set everything up first.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+# Every distribution under plugins/ and contrib/ is installed in editable mode, found by its pyproject.
+DISTS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml))
+PYTEST_ARGS ?=
+
+.PHONY: setup test lint typecheck unit demo bench docs clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(DISTS)) $(wildcard scripts/system-deps.sh)
+	@if [ -x scripts/system-deps.sh ]; then scripts/system-deps.sh; fi
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# torch first, from the pin in constraints.txt: an unpinned resolve would pull CUDA wheels.
+	$(PIP) install --quiet -c constraints.txt torch
+	$(PIP) install --quiet -c constraints.txt -e '.[test]' $(addprefix -e ,$(DISTS))
+	touch $(STAMP)
+
+lint: setup
+	$(PY) -m ruff check core plugins contrib tests bench examples
+
+typecheck: setup
+	$(PY) -m mypy
+
+unit: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+demo: setup
+	$(PY) -m core.plugins
+	@echo
+	$(PY) examples/resolve_demo.py
+
+bench: setup
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,96 @@
+"""core: a PyTorch training toolkit whose hardware, strategies and formats are pluggy plugins.
+
+Only re-exports live here. Names that need torch (``Lite``, ``Trainer``, ``Module``, ...) load on first
+use, so ``import core`` and ``python -m core.plugins`` never pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from core._errors import (
+    BrokenPluginError,
+    CheckpointError,
+    ConfigurationError,
+    CoreDeprecationWarning,
+    CoreError,
+    CoreWarning,
+    IncompatiblePluginError,
+    PluginConflictError,
+    PluginDisabledError,
+    PluginUnavailableError,
+    UnknownPluginError,
+)
+from core._markers import hookimpl, hookspec
+from core._records import ClusterInfo, ResolvedConfig, Supports
+
+__version__ = "0.1.0"
+
+# Public name -> module that defines it, imported on first attribute access.
+_LAZY = {
+    "ActiveSet": "core._active",
+    "Catalog": "core._discovery",
+    "DeviceRequest": "core._devices",
+    "PluginInfo": "core._discovery",
+    "discover": "core._discovery",
+    "parse_devices": "core._devices",
+    "resolve": "core._resolver",
+    "Lite": "core.lite",
+    "seed_everything": "core._seed",
+    "Trainer": "core.trainer",
+    "Module": "core.module",
+    "DataModule": "core.module",
+}
+
+if TYPE_CHECKING:
+    from core._active import ActiveSet
+    from core._devices import DeviceRequest, parse_devices
+    from core._discovery import Catalog, PluginInfo, discover
+    from core._resolver import resolve
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = [
+    "ActiveSet",
+    "BrokenPluginError",
+    "Catalog",
+    "CheckpointError",
+    "ClusterInfo",
+    "ConfigurationError",
+    "CoreDeprecationWarning",
+    "CoreError",
+    "CoreWarning",
+    "DataModule",
+    "DeviceRequest",
+    "IncompatiblePluginError",
+    "Lite",
+    "Module",
+    "PluginConflictError",
+    "PluginDisabledError",
+    "PluginInfo",
+    "PluginUnavailableError",
+    "ResolvedConfig",
+    "Supports",
+    "Trainer",
+    "UnknownPluginError",
+    "__version__",
+    "discover",
+    "hookimpl",
+    "hookspec",
+    "parse_devices",
+    "resolve",
+    "seed_everything",
+]

@@ -1,0 +1,298 @@
+"""Discovery of installed plugins from entry-point metadata, without importing any of them.
+
+Everything here reads ``*.dist-info`` metadata only; :func:`load` is the one place that imports plugin
+code, and it is called for the plugins a run selects (or, with ``--check``, for all of them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import attrs
+import importlib_metadata
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from core._errors import (
+    BrokenPluginError,
+    CoreError,
+    IncompatiblePluginError,
+    PluginConflictError,
+    PluginDisabledError,
+    UnknownPluginError,
+)
+from core._records import ENTRY_POINT_GROUPS, KINDS
+
+CORE_DISTRIBUTION: Final = "core"
+
+# Aliases that a first-party distribution provides, so that an unknown alias can say what to install.
+FIRST_PARTY: Final[dict[tuple[str, str], str]] = {
+    **{("strategy", alias): "core-ddp" for alias in (
+        "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_unused_parameters_true", "dp",
+    )},
+    ("strategy", "fsdp"): "core-fsdp",
+    **{("strategy", alias): "core-deepspeed" for alias in (
+        "deepspeed", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_2_offload",
+        "deepspeed_stage_3", "deepspeed_stage_3_offload",
+    )},
+    ("strategy", "xla"): "core-tpu",
+    ("strategy", "single_xla"): "core-tpu",
+    ("accelerator", "cuda"): "core-cuda",
+    ("accelerator", "gpu"): "core-cuda",
+    ("accelerator", "mps"): "core-mps",
+    ("accelerator", "tpu"): "core-tpu",
+    **{("precision", alias): "core-amp" for alias in ("16-mixed", "bf16-mixed", "16", "bf16")},
+    ("environment", "torchelastic"): "core-torchelastic",
+    ("environment", "slurm"): "core-slurm",
+    ("environment", "mpi"): "core-mpi",
+    ("environment", "lsf"): "core-lsf",
+    ("environment", "kubeflow"): "core-kubeflow",
+    ("checkpoint_io", "distributed"): "core-dcp",
+    ("extension", "powersgd"): "core-powersgd",
+}
+
+
+
+def installable_aliases(kind: str) -> dict[str, str]:
+    """First-party aliases of ``kind`` with the distribution to ``pip install`` for each."""
+    return {alias: dist for (known_kind, alias), dist in FIRST_PARTY.items() if known_kind == kind}
+
+
+STATUS_OK: Final = "ok"
+STATUS_CONFLICT: Final = "conflict"
+STATUS_INCOMPATIBLE: Final = "incompatible"
+STATUS_DISABLED: Final = "disabled"
+STATUS_EXPLICIT_ONLY: Final = "explicit-only"
+
+
+@attrs.frozen
+class PluginInfo:
+    """One entry point of one distribution, as metadata describes it."""
+
+    kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
+    alias: str
+    distribution: str
+    version: str
+    target: str
+    requires_core: str | None = None
+    status: str = STATUS_OK
+    reason: str = ""
+
+    @property
+    def pinned_name(self) -> str:
+        return f"{self.distribution}:{self.alias}"
+
+    @property
+    def selectable(self) -> bool:
+        return self.status in (STATUS_OK, STATUS_EXPLICIT_ONLY)
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def _env_flag(name: str, default: str) -> str:
+    return os.environ.get(name, default).strip().lower()
+
+
+def strict_plugins() -> bool:
+    """``CORE_STRICT_PLUGINS=1``: a broken, conflicting or incompatible plugin is fatal."""
+    return _env_flag("CORE_STRICT_PLUGINS", "0") in ("1", "true", "yes")
+
+
+def autoload_enabled() -> bool:
+    """``CORE_PLUGINS_AUTOLOAD=0``: only the core's own plugins and explicitly named ones load."""
+    return _env_flag("CORE_PLUGINS_AUTOLOAD", "1") not in ("0", "false", "no")
+
+
+def disabled_names() -> frozenset[str]:
+    """``CORE_DISABLE_PLUGINS=a,b``: aliases, ``dist:alias`` pins or distribution names to block."""
+    raw = os.environ.get("CORE_DISABLE_PLUGINS", "")
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
+
+
+def core_version() -> str:
+    try:
+        return importlib_metadata.version(CORE_DISTRIBUTION)
+    except importlib_metadata.PackageNotFoundError:
+        from core import __version__
+
+        return __version__
+
+
+def _core_requirement(dist: Any) -> str | None:
+    for line in dist.requires or ():
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) != CORE_DISTRIBUTION:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        return str(requirement.specifier) or None
+    return None
+
+
+def _is_disabled(kind: str, alias: str, distribution: str, blocked: frozenset[str]) -> bool:
+    dist_name = canonicalize_name(distribution)
+    for name in blocked:
+        scope, _, blocked_alias = name.rpartition(":")
+        if not scope:
+            if name == alias or canonicalize_name(name) == dist_name:
+                return True
+        elif blocked_alias == alias and (scope == kind or canonicalize_name(scope) == dist_name):
+            return True
+    return False
+
+
+def _raw_entries() -> Iterator[tuple[str, importlib_metadata.EntryPoint]]:
+    for kind in KINDS:
+        for entry_point in importlib_metadata.entry_points(group=ENTRY_POINT_GROUPS[kind]):
+            yield kind, entry_point
+
+
+@attrs.frozen
+class Catalog:
+    """Every installed plugin entry point with its status, and lookup by alias."""
+
+    entries: tuple[PluginInfo, ...]
+
+    def of_kind(self, kind: str) -> list[PluginInfo]:
+        return [info for info in self.entries if info.kind == kind]
+
+    def aliases(self, kind: str) -> list[str]:
+        return sorted({info.alias for info in self.of_kind(kind) if info.selectable})
+
+    def lookup(self, kind: str, name: str) -> PluginInfo:
+        """The entry for ``name`` (an alias or a ``dist:alias`` pin), or a :class:`CoreError` saying why not."""
+        pinned_dist, _, alias = name.rpartition(":")
+        candidates = [info for info in self.of_kind(kind) if info.alias == alias]
+        if pinned_dist:
+            candidates = [
+                info for info in candidates
+                if canonicalize_name(info.distribution) == canonicalize_name(pinned_dist)
+            ]
+        if not candidates:
+            raise UnknownPluginError(
+                kind, name, self.aliases(kind), FIRST_PARTY.get((kind, alias)), installable_aliases(kind)
+            )
+        active = [info for info in candidates if info.status != STATUS_DISABLED]
+        if not active:
+            raise PluginDisabledError(
+                f"The {kind} {name!r} from {candidates[0].distribution} is disabled by "
+                f"CORE_DISABLE_PLUGINS={os.environ.get('CORE_DISABLE_PLUGINS', '')!r}; "
+                f"remove it from that variable to use it."
+            )
+        if len(active) > 1:
+            raise PluginConflictError(kind, alias, [info.distribution for info in active])
+        info = active[0]
+        if info.status == STATUS_INCOMPATIBLE:
+            raise IncompatiblePluginError(info.reason)
+        return info
+
+    def auto_candidates(self, kind: str) -> list[PluginInfo]:
+        """The plugins of ``kind`` that auto-detection may import: selectable, autoloaded, unambiguous."""
+        by_alias: dict[str, list[PluginInfo]] = defaultdict(list)
+        for info in self.of_kind(kind):
+            if info.status == STATUS_OK:
+                by_alias[info.alias].append(info)
+        return [infos[0] for infos in by_alias.values() if len(infos) == 1]
+
+
+def discover() -> Catalog:
+    """Read every plugin entry point from distribution metadata. Imports no plugin code."""
+    blocked = disabled_names()
+    autoload = autoload_enabled()
+    installed_core = core_version()
+    requirement_cache: dict[str, str | None] = {}
+    entries: list[PluginInfo] = []
+    seen: set[tuple[str, str, str]] = set()
+    for kind, entry_point in _raw_entries():
+        dist = entry_point.dist
+        distribution = dist.name if dist is not None else "<unknown>"
+        version = dist.version if dist is not None else "?"
+        key = (kind, entry_point.name, canonicalize_name(distribution))
+        if key in seen:
+            continue
+        seen.add(key)
+        if distribution not in requirement_cache:
+            requirement_cache[distribution] = _core_requirement(dist) if dist is not None else None
+        requires_core = requirement_cache[distribution]
+        status, reason = STATUS_OK, ""
+        if _is_disabled(kind, entry_point.name, distribution, blocked):
+            status, reason = STATUS_DISABLED, "blocked by CORE_DISABLE_PLUGINS"
+        elif requires_core and not _satisfies(installed_core, requires_core):
+            status = STATUS_INCOMPATIBLE
+            reason = (
+                f"{distribution} {version} requires core{requires_core}, but core {installed_core} is "
+                f"installed; install a matching pair, e.g. pip install --upgrade {distribution}"
+            )
+        elif not autoload and canonicalize_name(distribution) != CORE_DISTRIBUTION:
+            status, reason = STATUS_EXPLICIT_ONLY, "CORE_PLUGINS_AUTOLOAD=0: used only when named in code"
+        entries.append(
+            PluginInfo(kind, entry_point.name, distribution, version, entry_point.value, requires_core, status, reason)
+        )
+    entries = _mark_conflicts(entries)
+    catalog = Catalog(tuple(sorted(entries, key=lambda info: (KINDS.index(info.kind), info.alias, info.distribution))))
+    if strict_plugins():
+        _raise_first_problem(catalog.entries)
+    return catalog
+
+
+def _satisfies(version: str, specifier: str) -> bool:
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(specifier).contains(version, prereleases=True)
+
+
+def _mark_conflicts(entries: list[PluginInfo]) -> list[PluginInfo]:
+    claims: dict[tuple[str, str], list[PluginInfo]] = defaultdict(list)
+    for info in entries:
+        if info.status != STATUS_DISABLED:
+            claims[(info.kind, info.alias)].append(info)
+    marked = []
+    for info in entries:
+        rivals = claims.get((info.kind, info.alias), [])
+        if len(rivals) > 1 and info.status in (STATUS_OK, STATUS_EXPLICIT_ONLY):
+            others = ", ".join(sorted(rival.distribution for rival in rivals if rival is not info))
+            info = attrs.evolve(info, status=STATUS_CONFLICT, reason=f"alias also provided by {others}")
+        marked.append(info)
+    return marked
+
+
+def _raise_first_problem(entries: Iterable[PluginInfo]) -> None:
+    for info in entries:
+        if info.status == STATUS_CONFLICT:
+            rivals = [other.distribution for other in entries if (other.kind, other.alias) == (info.kind, info.alias)]
+            raise PluginConflictError(info.kind, info.alias, rivals)
+        if info.status == STATUS_INCOMPATIBLE:
+            raise IncompatiblePluginError(info.reason + " (fatal because CORE_STRICT_PLUGINS=1)")
+
+
+def load(info: PluginInfo, options: dict[str, Any] | None = None) -> object:
+    """Import the entry point's target and call it with the user's options to get the plugin object."""
+    module_name, _, attribute = info.target.partition(":")
+    try:
+        module = __import__(module_name, fromlist=["_"])
+        factory: Any = module
+        for part in attribute.split(".") if attribute else ():
+            factory = getattr(factory, part)
+    except Exception as error:
+        raise BrokenPluginError(
+            f"The {info.kind} plugin {info.alias!r} from {info.distribution} {info.version} failed to import "
+            f"({info.target}): {type(error).__name__}: {error}. Reinstall it (pip install --force-reinstall "
+            f"{info.distribution}) or block it with CORE_DISABLE_PLUGINS={info.distribution}."
+        ) from error
+    try:
+        plugin = factory(**(options or {}))
+    except CoreError:
+        raise
+    except Exception as error:
+        raise BrokenPluginError(
+            f"The {info.kind} plugin {info.alias!r} from {info.distribution} {info.version} failed to "
+            f"construct with options {options or {}}: {type(error).__name__}: {error}."
+        ) from error
+    return plugin

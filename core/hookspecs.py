@@ -1,0 +1,600 @@
+"""The hook contract between the core runtime and its plugins.
+
+This file is the reference for plugin authors. A plugin is an object whose methods are marked with
+``@core.hookimpl`` and named after the hooks below; the resolver registers exactly one accelerator,
+strategy, precision, environment and checkpoint_io object, plus any extensions, into a per-run
+``pluggy.PluginManager``, and the runtime calls the hooks on it.
+
+Every hook of a kind is ``firstresult``: the active object of that kind answers it. Extensions
+(entry-point group ``core.extensions``) wrap hooks of any kind with ``@core.hookimpl(wrapper=True)``.
+An implementation may accept any subset of a hook's parameters, by name.
+
+Besides the hooks, a plugin object may declare these attributes (all optional):
+
+``name``
+    Canonical alias, used in messages and compatibility rules (``"cuda"`` for the ``gpu`` alias too).
+``supports``
+    A :class:`core.Supports` record: which aliases of the other kinds it works with.
+``priority``
+    Environments and accelerators: the order in which ``auto`` asks candidates (highest first).
+
+The contract has a version, :data:`CONTRACT_VERSION`; it grows by adding hooks, never by changing one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Final
+
+from core._markers import hookspec
+
+if TYPE_CHECKING:
+    import torch
+
+    from core._active import ActiveSet
+    from core._devices import DeviceRequest
+    from core._records import ClusterInfo
+
+CONTRACT_VERSION: Final = 1
+
+
+# -------------------------------------------------------------------------------------------------
+# Every active plugin
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def core_attach(active: ActiveSet) -> None:
+    """Hand the resolved active set to every plugin of this run.
+
+    :param active: The run's active set: its ``config``, the other plugin objects, ``hook`` to call
+        hooks of other kinds, and, once connected, ``cluster`` and ``device``.
+
+    Implemented by any plugin that needs to reach the others (a strategy asking the environment for
+    ranks, a precision reading the accelerator). Called once, on every active plugin, right after
+    resolution and before any other hook. All implementations run; the result is ignored.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# accelerator: the device family this process computes on
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def accelerator_is_available() -> bool | None:
+    """Whether this accelerator can be used in this process.
+
+    :return: ``True`` if at least one device of this family is usable here, ``False`` otherwise.
+
+    Implemented by accelerators. Called by ``accelerator="auto"`` on each installed candidate in
+    priority order, and by ``python -m core.plugins --check``. Must be cheap and must not initialise a
+    device context that would break a later fork. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def accelerator_device_count() -> int | None:
+    """How many devices of this family this process can see.
+
+    :return: The number of visible devices (``os.cpu_count()``-independent ``1`` for the CPU).
+
+    Implemented by accelerators. Called to expand ``devices=-1`` and ``devices="auto"``.
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def accelerator_parse_devices(devices: DeviceRequest) -> list[int] | None:
+    """Turn the user's parsed ``devices`` request into the device indices used on each node.
+
+    :param devices: The request, already checked for syntax: a count, explicit indices, ``-1`` (all)
+        or ``auto``.
+    :return: The sorted device indices, one process per index. For the CPU, ``[0, 1]`` means two
+        processes.
+
+    Implemented by accelerators. Raise :class:`core.ConfigurationError` naming the request and what
+    is visible when it cannot be met. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def accelerator_setup_device(local_rank: int, device_ids: Sequence[int]) -> torch.device | None:
+    """Connect this process to its device and return it.
+
+    :param local_rank: The process's rank on its node.
+    :param device_ids: The indices returned by :func:`accelerator_parse_devices`.
+    :return: The ``torch.device`` this process computes on.
+
+    Implemented by accelerators (``torch.cuda.set_device`` happens here). Called once per process,
+    after the processes exist and before the process group is initialised. Stops at first non-None
+    result.
+    """
+
+
+@hookspec(firstresult=True)
+def accelerator_process_group_backend() -> str | None:
+    """The ``torch.distributed`` backend that suits this accelerator.
+
+    :return: For example ``"gloo"`` for the CPU, ``"nccl"`` for CUDA.
+
+    Implemented by accelerators. Called by strategies that start a process group without an explicit
+    ``process_group_backend``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def accelerator_teardown() -> None:
+    """Release what :func:`accelerator_setup_device` acquired.
+
+    Implemented by accelerators that hold state (caches, streams). Called once at the end of a run on
+    every rank, after the strategy's teardown. Stops at first non-None result.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# environment: the cluster or launcher this process runs under
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def environment_detect() -> object | None:
+    """Claim this process for an environment if its markers are present.
+
+    :return: The plugin object itself when the process runs under this environment (``SLURM_NTASKS``
+        is set, ``TORCHELASTIC_RUN_ID`` is set, ...), ``None`` otherwise.
+
+    Implemented by environments. Asked of every installed environment in priority order (torchelastic
+    before slurm, since torchrun may run inside a SLURM job; ``local`` last) when the user did not pick
+    one. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def environment_creates_processes_externally() -> bool | None:
+    """Whether the environment has already started one process per device.
+
+    :return: ``True`` under torchrun, ``srun`` or ``mpirun``: the strategy must not launch any.
+
+    Implemented by environments. Called by strategies before launching. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def environment_cluster_info(devices_per_node: int, num_nodes: int) -> ClusterInfo | None:
+    """The ranks and the rendezvous address of this process.
+
+    :param devices_per_node: Processes per node the run asked for.
+    :param num_nodes: Nodes the run asked for.
+    :return: A :class:`core.ClusterInfo` with world size, global / local / node rank, main address
+        and main port.
+
+    Implemented by environments. Called by the runtime once the processes exist, and again after a
+    launch in each child. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def environment_validate_settings(devices_per_node: int, num_nodes: int) -> None:
+    """Check the requested ``devices`` x ``num_nodes`` against what the scheduler provided.
+
+    :param devices_per_node: Processes per node the run asked for.
+    :param num_nodes: Nodes the run asked for.
+
+    Implemented by environments that know the allocation. Raise :class:`core.ConfigurationError`
+    naming both numbers on a mismatch. Called during resolution. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def environment_teardown() -> None:
+    """Undo what the environment changed in this process (environment variables it set).
+
+    Implemented by environments with state. Called once at the end of a run. Stops at first non-None
+    result.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# strategy: how processes, devices and the model are laid out
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def strategy_launch(
+    function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """Run ``function(*args, **kwargs)`` in every process of the run and return rank 0's result.
+
+    :param function: The user's entry point (``Lite.run`` or the function given to ``Lite.launch``).
+    :param args: Its positional arguments.
+    :param kwargs: Its keyword arguments.
+    :return: What ``function`` returned on global rank 0 (in the launching process where processes
+        are started by the strategy).
+
+    Implemented by strategies. Single-process strategies call the function; DDP-family strategies
+    start the missing processes unless the environment creates them externally. Called once per
+    ``Lite.launch``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_setup_environment() -> None:
+    """Initialise what the processes share: the process group, with the accelerator's backend.
+
+    Implemented by strategies. Called once in every process after :func:`accelerator_setup_device`
+    and before any module is set up. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_configure_ddp(module: torch.nn.Module, device_ids: Sequence[int] | None) -> torch.nn.Module:
+    """Wrap a module for data-parallel training.
+
+    :param module: The module, already on its device and converted by the precision.
+    :param device_ids: The device indices to pass to ``DistributedDataParallel`` (``None`` on CPU).
+    :return: The wrapped module (``DistributedDataParallel`` or a subclass).
+
+    Implemented by DDP-family strategies; extensions wrap it with ``@hookimpl(wrapper=True)`` to
+    register communication hooks on the result. Called by the strategy's own
+    :func:`strategy_setup_module`. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_setup_module(module: torch.nn.Module) -> torch.nn.Module:
+    """Prepare a module for training under this strategy.
+
+    :param module: The user's module, already moved to the device and converted by the precision.
+    :return: The module to train (wrapped, sharded or unchanged).
+
+    Implemented by strategies. Called once per module by ``Lite.setup`` / ``Lite.setup_module``.
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_setup_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Prepare an optimizer for this strategy.
+
+    :param optimizer: An optimizer over the parameters of an already set-up module.
+    :return: The optimizer to step (the same object where nothing changes).
+
+    Implemented by strategies. Called once per optimizer by ``Lite.setup``. Stops at first non-None
+    result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_backward(tensor: torch.Tensor, module: torch.nn.Module | None) -> bool | None:
+    """Run the backward pass of ``tensor``.
+
+    :param tensor: The loss.
+    :param module: The set-up module the loss came from, when known.
+    :return: ``True`` once handled.
+
+    Implemented by strategies; most delegate to :func:`precision_backward` through
+    ``active.hook``, strategies that own an engine (DeepSpeed) call the engine. Called on every
+    ``Lite.backward``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_optimizer_step(optimizer: torch.optim.Optimizer, kwargs: Mapping[str, Any]) -> Any:
+    """Step an optimizer.
+
+    :param optimizer: The optimizer as returned by :func:`strategy_setup_optimizer`.
+    :param kwargs: Keyword arguments for ``optimizer.step`` (a ``closure``).
+    :return: What the step returned.
+
+    Implemented by strategies; most delegate to :func:`precision_optimizer_step`. Called on every
+    optimizer step taken through a set-up optimizer. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_reduce(tensor: torch.Tensor, group: Any | None, reduce_op: str) -> torch.Tensor:
+    """Reduce a tensor across processes.
+
+    :param tensor: A tensor of any shape on this process's device.
+    :param group: A process group, or ``None`` for all processes.
+    :param reduce_op: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
+    :return: The reduced tensor, the same on every process (the input itself on one process).
+
+    Implemented by strategies. Called by ``Lite.all_reduce``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_all_gather(tensor: torch.Tensor, group: Any | None, sync_grads: bool) -> torch.Tensor:
+    """Gather a tensor from every process.
+
+    :param tensor: A tensor of the same shape on every process.
+    :param group: A process group, or ``None`` for all processes.
+    :param sync_grads: Whether gradients flow back through the gather.
+    :return: A tensor of shape ``(world_size, *tensor.shape)``.
+
+    Implemented by strategies. Called by ``Lite.all_gather``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_broadcast(obj: Any, src: int) -> Any:
+    """Send a picklable object from one process to all.
+
+    :param obj: The object (any picklable value; tensors included) on ``src``; ignored elsewhere.
+    :param src: The global rank that sends.
+    :return: The object as ``src`` holds it, on every process.
+
+    Implemented by strategies. Called by ``Lite.broadcast``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_barrier(name: str | None) -> None:
+    """Wait until every process reaches this point.
+
+    :param name: A label for error messages and debugging.
+
+    Implemented by strategies. Called by ``Lite.barrier`` and around checkpoint writes. Stops at first
+    non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_block_backward_sync(module: torch.nn.Module) -> AbstractContextManager[None]:
+    """A context in which backward passes accumulate gradients locally without synchronising.
+
+    :param module: A module returned by :func:`strategy_setup_module`.
+    :return: A context manager (``module.no_sync()`` for DDP, a null context otherwise).
+
+    Implemented by strategies. Called by ``Lite.no_backward_sync`` for gradient accumulation. Stops at
+    first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_distributed_sampler_kwargs() -> dict[str, Any] | None:
+    """The arguments of a ``DistributedSampler`` for this process.
+
+    :return: ``{"num_replicas": ..., "rank": ...}``, or ``None`` when the data must not be split.
+
+    Implemented by strategies. Called by ``Lite.setup_dataloaders``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_save_checkpoint(path: str, state: dict[str, Any]) -> None:
+    """Write a checkpoint: decide which ranks write what, then call the checkpoint_io.
+
+    :param path: Where to write.
+    :param state: The state with modules and optimizers already turned into state dicts.
+
+    Implemented by strategies (DDP: rank 0 writes, then a barrier; FSDP: every rank writes its
+    shard). Called by ``Lite.save``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_load_checkpoint(path: str, weights_only: bool) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`strategy_save_checkpoint`.
+
+    :param path: Where to read.
+    :param weights_only: Refuse to unpickle anything but tensors and plain containers.
+    :return: The full state as written.
+
+    Implemented by strategies. Called by ``Lite.load`` on every rank. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_module_init_context(empty_init: bool) -> AbstractContextManager[None] | None:
+    """A context in which modules are created for this strategy.
+
+    :param empty_init: Whether parameters may be left uninitialised (they will be loaded).
+    :return: A context manager (a device context, a meta-device context for sharded models).
+
+    Implemented by strategies. Called by ``Lite.init_module``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_teardown() -> None:
+    """Release what the strategy holds: wait for the others, then destroy the process group.
+
+    Implemented by strategies. Called once at the end of a run on every rank, before the accelerator's
+    and environment's teardown. Stops at first non-None result.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# precision: numeric formats of parameters, activations and gradients
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def precision_convert_module(module: torch.nn.Module) -> torch.nn.Module:
+    """Convert a module's parameters and buffers to this precision.
+
+    :param module: The module, before the strategy wraps it.
+    :return: The converted module (the same object for mixed precisions).
+
+    Implemented by precisions. Called once per module by ``Lite.setup``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_tensor_init_context() -> AbstractContextManager[None]:
+    """A context in which new tensors get this precision's default dtype.
+
+    :return: A context manager (``torch.set_default_dtype`` inside, restored on exit).
+
+    Implemented by precisions. Called by ``Lite.init_module``. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_autocast() -> AbstractContextManager[None]:
+    """A context for the forward pass.
+
+    :return: ``torch.autocast`` for mixed precisions, a null context otherwise.
+
+    Implemented by precisions. Called by ``Lite.autocast`` and around every forward of a set-up module.
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_convert_input(data: Any) -> Any:
+    """Convert the floating tensors of a batch to this precision.
+
+    :param data: A tensor or a nested collection of tensors.
+    :return: The converted data (unchanged for mixed precisions and ``32-true``).
+
+    Implemented by precisions. Called on the inputs of a set-up module's forward. Stops at first
+    non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_convert_output(data: Any) -> Any:
+    """Convert the floating tensors of a module's output back to the default dtype.
+
+    :param data: What the forward returned.
+    :return: The converted data.
+
+    Implemented by precisions. Called on the outputs of a set-up module's forward. Stops at first
+    non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_backward(tensor: torch.Tensor, module: torch.nn.Module | None) -> bool | None:
+    """Run ``tensor.backward()``, scaled where the precision scales losses.
+
+    :param tensor: The loss.
+    :param module: The module the loss came from, when known.
+    :return: ``True`` once done.
+
+    Implemented by precisions. Called by strategies from :func:`strategy_backward`. Stops at first
+    non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_unscale_gradients(optimizer: torch.optim.Optimizer) -> None:
+    """Bring the gradients of ``optimizer``'s parameters back to their true scale before clipping.
+
+    :param optimizer: A set-up optimizer.
+
+    Implemented by precisions that scale losses. Called by ``Lite.clip_gradients``. Stops at first
+    non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_optimizer_step(optimizer: torch.optim.Optimizer, kwargs: Mapping[str, Any]) -> Any:
+    """Step an optimizer, skipping the step where a scaler found inf or nan gradients.
+
+    :param optimizer: The optimizer to step.
+    :param kwargs: Keyword arguments for ``optimizer.step``.
+    :return: What the step returned.
+
+    Implemented by precisions. Called by strategies from :func:`strategy_optimizer_step`. Stops at
+    first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_state_dict() -> dict[str, Any]:
+    """The precision's own state (a gradient scaler's scale and growth tracker).
+
+    :return: A state dict, empty for stateless precisions.
+
+    Implemented by precisions. Called when a checkpoint is saved. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_load_state_dict(state: dict[str, Any]) -> None:
+    """Restore the precision's own state from :func:`precision_state_dict`.
+
+    :param state: The saved state.
+
+    Implemented by precisions. Called when a checkpoint is loaded. Stops at first non-None result.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# checkpoint_io: how bytes reach storage
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def checkpoint_io_save(checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
+    """Write one checkpoint file, atomically: the old file at ``path`` survives a crash mid-write.
+
+    :param checkpoint: Tensors and plain containers.
+    :param path: Where to write.
+    :param storage_options: Format-specific options, ``None`` by default.
+
+    Implemented by checkpoint_io plugins. Called by strategies on the ranks that write. Stops at first
+    non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def checkpoint_io_load(path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:
+    """Read one checkpoint.
+
+    :param path: Where to read.
+    :param map_location: Where tensors go (``"cpu"``, a device), as for ``torch.load``.
+    :param weights_only: When ``True``, refuse anything but tensors and plain containers, running no
+        code from the file.
+    :return: The checkpoint.
+
+    Implemented by checkpoint_io plugins. Called by strategies. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def checkpoint_io_remove(path: str) -> None:
+    """Delete a checkpoint.
+
+    :param path: What to delete.
+
+    Implemented by checkpoint_io plugins. Called when old checkpoints are rotated out. Stops at first
+    non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def checkpoint_io_teardown() -> None:
+    """Finish pending writes and release resources; raise any error a background write met.
+
+    Implemented by checkpoint_io plugins with background work. Called once at the end of a run.
+    Stops at first non-None result.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# What each kind must implement; every other hook of the kind is optional and has a default
+# -------------------------------------------------------------------------------------------------
+
+REQUIRED_HOOKS: Final[dict[str, tuple[str, ...]]] = {
+    "accelerator": ("accelerator_is_available", "accelerator_parse_devices", "accelerator_setup_device"),
+    "strategy": (
+        "strategy_launch",
+        "strategy_setup_module",
+        "strategy_reduce",
+        "strategy_all_gather",
+        "strategy_broadcast",
+        "strategy_barrier",
+    ),
+    "precision": (),
+    "environment": ("environment_cluster_info", "environment_creates_processes_externally"),
+    "checkpoint_io": ("checkpoint_io_save", "checkpoint_io_load"),
+    "extension": (),
+}
+"""Hooks a plugin of each kind must implement; registration refuses a plugin that lacks one."""

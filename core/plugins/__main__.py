@@ -1,0 +1,5 @@
+import sys
+
+from core.plugins._cli import main
+
+sys.exit(main())

@@ -1,0 +1,171 @@
+"""The ``python -m core.plugins`` command.
+
+Listing reads entry-point metadata only and imports neither torch nor any plugin; ``show`` and
+``--check`` import plugins on purpose and say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from core._discovery import Catalog, PluginInfo, discover, load
+from core._errors import CoreError
+from core._records import KINDS
+
+_PROG = "python -m core.plugins"
+
+
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def _status(info: PluginInfo) -> str:
+    return info.status if not info.reason else f"{info.status}: {info.reason}"
+
+
+def _selected(catalog: Catalog, kind: str | None) -> list[PluginInfo]:
+    return list(catalog.of_kind(kind) if kind else catalog.entries)
+
+
+def _list(catalog: Catalog, kind: str | None, as_json: bool) -> int:
+    entries = _selected(catalog, kind)
+    if as_json:
+        print(json.dumps([info.as_dict() for info in entries], indent=2))
+        return 0
+    rows = [(info.kind, info.alias, info.distribution, info.version, _status(info)) for info in entries]
+    print(_table(rows, ("kind", "alias", "distribution", "version", "status")))
+    return 0
+
+
+def _check_one(info: PluginInfo) -> tuple[str, str, object | None]:
+    """Import one plugin and ask whether it can run here: (status, reason, plugin object)."""
+    from core._resolver import _manager, _register, ask
+
+    if not info.selectable:
+        return info.status, info.reason, None
+    try:
+        plugin = load(info)
+        _register(_manager(), info.kind, info.alias, plugin)
+        if info.kind == "accelerator" and not ask(plugin, info.kind, "accelerator_is_available"):
+            reason = getattr(plugin, "unavailable_reason", None) or "no device of this kind is visible"
+            return "unavailable", str(reason() if callable(reason) else reason), plugin
+    except CoreError as error:
+        return "broken", str(error), None
+    return "usable", "", plugin
+
+
+def _auto_choices(catalog: Catalog) -> dict[str, str]:
+    from core._resolver import _auto_accelerator, _detect_environment
+
+    choices = {}
+    for kind, pick in (("accelerator", _auto_accelerator), ("environment", _detect_environment)):
+        try:
+            selection = pick(catalog)
+            choices[kind] = f"{selection.alias} ({selection.distribution})"
+        except CoreError as error:
+            choices[kind] = f"none: {error}"
+    return choices
+
+
+def _check(catalog: Catalog, kind: str | None, as_json: bool) -> int:
+    results = [(info, *_check_one(info)[:2]) for info in _selected(catalog, kind)]
+    auto = _auto_choices(catalog)
+    if as_json:
+        payload = {
+            "plugins": [
+                {**info.as_dict(), "check": status, "check_reason": reason} for info, status, reason in results
+            ],
+            "auto": auto,
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        rows = [
+            (info.kind, info.alias, info.distribution, info.version, status + (f": {reason}" if reason else ""))
+            for info, status, reason in results
+        ]
+        print(_table(rows, ("kind", "alias", "distribution", "version", "check")))
+        print()
+        print(f"accelerator='auto' would pick: {auto['accelerator']}")
+        print(f"environment detected here:     {auto['environment']}")
+    return 1 if any(status == "broken" for _, status, _ in results) else 0
+
+
+def _hooks_of(plugin: object) -> list[str]:
+    return sorted(
+        name for name in dir(type(plugin))
+        if (name.startswith(KINDS) or name == "core_attach") and callable(getattr(plugin, name, None))
+    )
+
+
+def _show(catalog: Catalog, alias: str, kind: str | None, as_json: bool) -> int:
+    matches = [info for info in _selected(catalog, kind) if alias in (info.alias, info.pinned_name)]
+    if not matches:
+        known = sorted({info.alias for info in catalog.entries})
+        print(f"No installed plugin has the alias {alias!r}. Installed aliases: {', '.join(known)}.", file=sys.stderr)
+        return 2
+    details: list[dict[str, Any]] = []
+    for info in matches:
+        status, reason, plugin = _check_one(info)
+        supports = getattr(plugin, "supports", None)
+        details.append({
+            **info.as_dict(),
+            "check": status,
+            "check_reason": reason,
+            "hooks": _hooks_of(plugin) if plugin is not None else [],
+            "supports": supports.describe() if supports is not None else "any combination",
+            "doc": inspect.getdoc(type(plugin)) if plugin is not None else "",
+        })
+    if as_json:
+        print(json.dumps(details, indent=2))
+        return 0
+    for detail in details:
+        print(f"{detail['kind']} {detail['alias']!r}")
+        detail["check"] += f": {detail['check_reason']}" if detail["check_reason"] else ""
+        for key in ("distribution", "version", "target", "requires_core", "status", "check", "supports"):
+            print(f"  {key + ':':<15}{detail[key]}")
+        print(f"  {'hooks:':<15}{', '.join(detail['hooks']) or '-'}")
+        if detail["doc"]:
+            print("  " + detail["doc"].replace("\n", "\n  "))
+        print()
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="List the installed core plugins (from metadata only), inspect one, or check them all.",
+    )
+    parser.add_argument("command", nargs="?", default="list", choices=("list", "show"), help="default: list")
+    parser.add_argument("alias", nargs="?", help="with show: the alias (or dist:alias) to inspect")
+    parser.add_argument("--kind", choices=KINDS, help="only plugins of this kind")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--check", action="store_true", help="import every plugin and report whether it is usable here")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        catalog = discover()
+        if args.command == "show":
+            if not args.alias:
+                print(f"usage: {_PROG} show ALIAS [--kind KIND] [--json]", file=sys.stderr)
+                return 2
+            return _show(catalog, args.alias, args.kind, args.json)
+        if args.check:
+            return _check(catalog, args.kind, args.json)
+        return _list(catalog, args.kind, args.json)
+    except CoreError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
