@@ -50,6 +50,11 @@ class Selection:
         return str(getattr(self.plugin, "name", self.alias))
 
     @property
+    def label(self) -> str:
+        """The name for messages: ``'64-true'``, or ``'64-true' (given as '64')`` for a legacy alias."""
+        return repr(self.name) if self.name == self.alias else f"{self.name!r} (given as {self.alias!r})"
+
+    @property
     def supports(self) -> Supports:
         return getattr(self.plugin, "supports", SUPPORTS_ANYTHING)
 
@@ -275,8 +280,8 @@ def _check_compatibility(selections: Sequence[Selection]) -> None:
                 continue
             hint = f" {holder.supports.hint}" if holder.supports.hint else ""
             raise ConfigurationError(
-                f"The {holder.kind} {holder.alias!r} ({holder.distribution}) does not support the {other.kind} "
-                f"{other.alias!r} ({other.distribution}); it declares: {holder.supports.describe()}.{hint}"
+                f"The {holder.kind} {holder.label} ({holder.distribution}) does not support the {other.kind} "
+                f"{other.label} ({other.distribution}); it declares: {holder.supports.describe()}.{hint}"
             )
 
 

@@ -95,7 +95,7 @@ def accelerator_parse_devices(devices: DeviceRequest) -> list[int] | None:
         processes.
 
     Implemented by accelerators. Raise :class:`core.ConfigurationError` naming the request and what
-    is visible when it cannot be met. Stops at first non-None result.
+    is visible when it cannot be met. Called once during resolution. Stops at first non-None result.
     """
 
 
@@ -108,8 +108,8 @@ def accelerator_setup_device(local_rank: int, device_ids: Sequence[int]) -> torc
     :return: The ``torch.device`` this process computes on.
 
     Implemented by accelerators (``torch.cuda.set_device`` happens here). Called once per process,
-    after the processes exist and before the process group is initialised. Stops at first non-None
-    result.
+    after the processes exist and before the process group is initialised.
+    Stops at first non-None result.
     """
 
 
@@ -147,7 +147,8 @@ def environment_detect() -> object | None:
 
     Implemented by environments. Asked of every installed environment in priority order (torchelastic
     before slurm, since torchrun may run inside a SLURM job; ``local`` last) when the user did not pick
-    one. Stops at first non-None result.
+    one. Called during resolution.
+    Stops at first non-None result.
     """
 
 
@@ -191,8 +192,8 @@ def environment_validate_settings(devices_per_node: int, num_nodes: int) -> None
 def environment_teardown() -> None:
     """Undo what the environment changed in this process (environment variables it set).
 
-    Implemented by environments with state. Called once at the end of a run. Stops at first non-None
-    result.
+    Implemented by environments with state. Called once at the end of a run.
+    Stops at first non-None result.
     """
 
 
@@ -261,8 +262,8 @@ def strategy_setup_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Op
     :param optimizer: An optimizer over the parameters of an already set-up module.
     :return: The optimizer to step (the same object where nothing changes).
 
-    Implemented by strategies. Called once per optimizer by ``Lite.setup``. Stops at first non-None
-    result.
+    Implemented by strategies. Called once per optimizer by ``Lite.setup``.
+    Stops at first non-None result.
     """
 
 
@@ -337,8 +338,8 @@ def strategy_barrier(name: str | None) -> None:
 
     :param name: A label for error messages and debugging.
 
-    Implemented by strategies. Called by ``Lite.barrier`` and around checkpoint writes. Stops at first
-    non-None result.
+    Implemented by strategies. Called by ``Lite.barrier`` and around checkpoint writes.
+    Stops at first non-None result.
     """
 
 
@@ -349,8 +350,8 @@ def strategy_block_backward_sync(module: torch.nn.Module) -> AbstractContextMana
     :param module: A module returned by :func:`strategy_setup_module`.
     :return: A context manager (``module.no_sync()`` for DDP, a null context otherwise).
 
-    Implemented by strategies. Called by ``Lite.no_backward_sync`` for gradient accumulation. Stops at
-    first non-None result.
+    Implemented by strategies. Called by ``Lite.no_backward_sync`` for gradient accumulation.
+    Stops at first non-None result.
     """
 
 
@@ -452,8 +453,8 @@ def precision_convert_input(data: Any) -> Any:
     :param data: A tensor or a nested collection of tensors.
     :return: The converted data (unchanged for mixed precisions and ``32-true``).
 
-    Implemented by precisions. Called on the inputs of a set-up module's forward. Stops at first
-    non-None result.
+    Implemented by precisions. Called on the inputs of a set-up module's forward.
+    Stops at first non-None result.
     """
 
 
@@ -464,8 +465,8 @@ def precision_convert_output(data: Any) -> Any:
     :param data: What the forward returned.
     :return: The converted data.
 
-    Implemented by precisions. Called on the outputs of a set-up module's forward. Stops at first
-    non-None result.
+    Implemented by precisions. Called on the outputs of a set-up module's forward.
+    Stops at first non-None result.
     """
 
 
@@ -477,8 +478,8 @@ def precision_backward(tensor: torch.Tensor, module: torch.nn.Module | None) -> 
     :param module: The module the loss came from, when known.
     :return: ``True`` once done.
 
-    Implemented by precisions. Called by strategies from :func:`strategy_backward`. Stops at first
-    non-None result.
+    Implemented by precisions. Called by strategies from :func:`strategy_backward`.
+    Stops at first non-None result.
     """
 
 
@@ -488,8 +489,8 @@ def precision_unscale_gradients(optimizer: torch.optim.Optimizer) -> None:
 
     :param optimizer: A set-up optimizer.
 
-    Implemented by precisions that scale losses. Called by ``Lite.clip_gradients``. Stops at first
-    non-None result.
+    Implemented by precisions that scale losses. Called by ``Lite.clip_gradients``.
+    Stops at first non-None result.
     """
 
 
@@ -501,8 +502,8 @@ def precision_optimizer_step(optimizer: torch.optim.Optimizer, kwargs: Mapping[s
     :param kwargs: Keyword arguments for ``optimizer.step``.
     :return: What the step returned.
 
-    Implemented by precisions. Called by strategies from :func:`strategy_optimizer_step`. Stops at
-    first non-None result.
+    Implemented by precisions. Called by strategies from :func:`strategy_optimizer_step`.
+    Stops at first non-None result.
     """
 
 
@@ -539,8 +540,8 @@ def checkpoint_io_save(checkpoint: dict[str, Any], path: str, storage_options: A
     :param path: Where to write.
     :param storage_options: Format-specific options, ``None`` by default.
 
-    Implemented by checkpoint_io plugins. Called by strategies on the ranks that write. Stops at first
-    non-None result.
+    Implemented by checkpoint_io plugins. Called by strategies on the ranks that write.
+    Stops at first non-None result.
     """
 
 
@@ -564,8 +565,8 @@ def checkpoint_io_remove(path: str) -> None:
 
     :param path: What to delete.
 
-    Implemented by checkpoint_io plugins. Called when old checkpoints are rotated out. Stops at first
-    non-None result.
+    Implemented by checkpoint_io plugins. Called when old checkpoints are rotated out.
+    Stops at first non-None result.
     """
 
 
