@@ -42,5 +42,9 @@ demo: setup
 bench: setup
 	$(PY) -m bench
 
+docs: setup
+	$(PY) scripts/gen_hooks_doc.py
+	@if [ -f scripts/gen_compatibility.py ]; then $(PY) scripts/gen_compatibility.py; fi
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

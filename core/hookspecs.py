@@ -17,6 +17,10 @@ Besides the hooks, a plugin object may declare these attributes (all optional):
     A :class:`core.Supports` record: which aliases of the other kinds it works with.
 ``priority``
     Environments and accelerators: the order in which ``auto`` asks candidates (highest first).
+``max_processes``
+    Strategies: the most processes it can run (``1`` for ``single_device``; ``None`` for no limit).
+``default_checkpoint_io``
+    Strategies: the checkpoint_io alias used when the user names none (``"torch"`` otherwise).
 
 The contract has a version, :data:`CONTRACT_VERSION`; it grows by adding hooks, never by changing one.
 """
