@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(DISTS)) $
 	touch $(STAMP)
 
 lint: setup
-	$(PY) -m ruff check core plugins contrib tests bench examples
+	$(PY) -m ruff check $(wildcard core plugins contrib tests bench examples scripts)
 
 typecheck: setup
 	$(PY) -m mypy
