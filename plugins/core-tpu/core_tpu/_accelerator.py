@@ -1,0 +1,69 @@
+"""The ``tpu`` accelerator: Google TPUs through torch_xla's PJRT runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import torch
+
+from core import DeviceRequest, PluginUnavailableError, Supports, hookimpl
+from core_tpu._runtime import current_reason, parse_xla_devices, probe, xla_device
+
+XLA_STRATEGIES: Final = frozenset({"xla", "single_xla"})
+
+TPU_SUPPORTS: Final = Supports(
+    only={"strategy": XLA_STRATEGIES},
+    never={"precision": {"64-true"}},
+    hint=(
+        "On TPU use strategy='xla' (one process per device) or strategy='single_xla' (one device); float64 "
+        "is not supported there, and bf16-mixed or bf16-true are the TPU-native reduced precisions."
+    ),
+)
+
+
+class TPUAccelerator:
+    """Computes on TPU devices through torch_xla; without torch_xla it loads but reports why it cannot run."""
+
+    kind: Final = "accelerator"
+    name: Final = "tpu"
+    priority: Final = 30  # accelerator="auto" asks tpu first, then cuda (20), mps (10) and cpu (0)
+    supports: Final = TPU_SUPPORTS
+
+    def unavailable_reason(self) -> str | None:
+        """Why this accelerator cannot run here, or ``None`` when it can (read by ``--check``)."""
+        return current_reason()
+
+    def _require_available(self) -> None:
+        reason = self.unavailable_reason()
+        if reason is not None:
+            raise PluginUnavailableError(
+                f"The accelerator 'tpu' (core-tpu) is installed but cannot run here: {reason}. Use "
+                f"accelerator='cpu', or accelerator='auto' to take the best one available; "
+                f"python -m core.plugins --check shows what is usable."
+            )
+
+    @hookimpl
+    def accelerator_is_available(self) -> bool:
+        return current_reason() is None
+
+    @hookimpl
+    def accelerator_device_count(self) -> int:
+        return probe().device_count
+
+    @hookimpl
+    def accelerator_parse_devices(self, devices: DeviceRequest) -> list[int]:
+        self._require_available()
+        return parse_xla_devices(devices, probe().device_count)
+
+    @hookimpl
+    def accelerator_setup_device(self, local_rank: int, device_ids: Sequence[int]) -> torch.device:
+        self._require_available()
+        return xla_device()
+
+    @hookimpl
+    def accelerator_process_group_backend(self) -> str:
+        return "xla"
+
+    def __repr__(self) -> str:
+        return "TPUAccelerator()"
