@@ -114,12 +114,10 @@ def disabled_names() -> frozenset[str]:
 
 
 def core_version() -> str:
-    try:
-        return importlib_metadata.version(CORE_DISTRIBUTION)
-    except importlib_metadata.PackageNotFoundError:
-        from core import __version__
+    """The running core's version (the one plugins must be compatible with)."""
+    from core import __version__
 
-        return __version__
+    return __version__
 
 
 def _core_requirement(dist: Any) -> str | None:

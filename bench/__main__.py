@@ -1,0 +1,47 @@
+"""``python -m bench``: every benchmark, written to bench/results.md and bench/results.json.
+
+``--tiny`` runs each benchmark once at a tiny size, so that ``make test`` keeps them from rotting; its
+figures mean nothing and it writes to ``--out`` (a temporary directory in the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from bench._harness import Result, write_report
+
+# name -> (module, full-size argument, tiny argument)
+BENCHMARKS = {
+    "startup": ("bench.startup", 5, 1),
+    "hooks": ("bench.hooks", 20000, 100),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--tiny", action="store_true", help="one quick pass of each benchmark (for tests)")
+    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), help="run only these")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="where to write results")
+    args = parser.parse_args(argv)
+    results: list[Result] = []
+    for name in args.only or BENCHMARKS:
+        module_name, full, tiny = BENCHMARKS[name]
+        print(f"[bench] {name} ...", flush=True)
+        module = importlib.import_module(module_name)
+        for result in module.run(tiny if args.tiny else full):
+            ratio = f"{result.ratio:.3f}x" if result.ratio is not None else "-"
+            print(f"  {result.name}: ours {result.ours:.6g} {result.unit}, ratio {ratio}, met={result.met}", flush=True)
+            results.append(result)
+    header = "Tiny smoke run: figures are meaningless." if args.tiny else (
+        "Each row alternates baseline and candidate (A B A B ...) and reports medians. See bench/README.md."
+    )
+    write_report(results, args.out, header)
+    print(f"[bench] wrote {args.out / 'results.md'} and results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

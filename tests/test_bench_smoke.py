@@ -1,0 +1,30 @@
+"""Every benchmark runs once at a tiny size so that it cannot rot; no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(600)
+def test_bench_tiny_run_writes_both_reports(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--tiny", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    payload = json.loads((tmp_path / "results.json").read_text())
+    names = [row["name"] for row in payload["results"]]
+    from bench.__main__ import BENCHMARKS
+
+    assert len(names) >= len(BENCHMARKS)
+    assert all(row["ours"] > 0 for row in payload["results"])
+    table = (tmp_path / "results.md").read_text()
+    assert "| what | ours | baseline | ratio | target | met | note |" in table
+    assert all(name in table for name in names)
