@@ -32,7 +32,7 @@ class _PassThrough:
         return (yield)
 
 
-PER_STEP = {
+PER_STEP: dict[str, dict[str, Any]] = {
     "precision_convert_input": {"data": torch.ones(1)},
     "precision_autocast": {},
     "strategy_reduce": {"tensor": torch.ones(1), "group": None, "reduce_op": "sum"},

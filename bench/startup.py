@@ -48,9 +48,11 @@ def listing(repetitions: int, counts: tuple[int, ...] = (100, 200)) -> list[Resu
             site = Path(tmp) / f"site{count}"
             install_synthetic(site, count)
             env = env_with(site)
-            base_s, many_s, _, _ = alternate(
-                lambda: time_command(plain), lambda env=env: time_command(plain, env=env), repetitions
-            )
+
+            def with_synthetic(env: dict[str, str] = env) -> float:
+                return time_command(plain, env=env)
+
+            base_s, many_s, _, _ = alternate(lambda: time_command(plain), with_synthetic, repetitions)
             torch_loaded = subprocess.run(
                 [PY, "-X", "importtime", "-m", "core.plugins"], env=env, capture_output=True, text=True, check=True
             ).stderr
