@@ -27,7 +27,7 @@ lint: setup
 	$(PY) -m ruff check $(wildcard core plugins contrib tests bench examples scripts)
 
 typecheck: setup
-	$(PY) -m mypy core $(wildcard plugins/*/core_* contrib/*/core_*)
+	$(PY) -m mypy core bench $(wildcard plugins/*/core_* contrib/*/core_*)
 
 unit: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
