@@ -1,0 +1,238 @@
+"""The ``slurm`` environment: processes started by ``srun`` (or an ``sbatch`` script of one task).
+
+Variables read (all set by SLURM in every task):
+
+- ranks: ``SLURM_NTASKS`` (world size), ``SLURM_PROCID`` (global), ``SLURM_LOCALID`` (local),
+  ``SLURM_NODEID`` (node);
+- the allocation, for validation: ``SLURM_NTASKS_PER_NODE``, ``SLURM_NNODES`` / ``SLURM_JOB_NUM_NODES``;
+- the rendezvous: the first host of ``SLURM_STEP_NODELIST``, else ``SLURM_NODELIST``, else
+  ``SLURM_JOB_NODELIST``; port ``MASTER_PORT`` when set, else ``15000 + the last four digits of
+  SLURM_JOB_ID`` (Lightning's rule: every task computes the same port without talking);
+- detection: ``SLURM_JOB_NAME`` (``bash`` and ``interactive`` mark an interactive allocation, which is left
+  to other environments), ``SLURM_STEP_ID`` (present in tasks that ``srun`` started), and
+  ``OMPI_COMM_WORLD_SIZE`` (processes that Open MPI's ``mpirun`` started inside an allocation belong to
+  the ``mpi`` environment, not to the daemon step whose ``SLURM_PROCID`` they inherit).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import warnings
+from collections.abc import Callable
+from typing import Any, Final
+
+from core import ClusterInfo, ConfigurationError, CoreWarning, hookimpl
+from core_slurm._hostlist import first_host
+from core_slurm._requeue import RequeueCallback, RequeueHandler
+
+INTERACTIVE_JOB_NAMES: Final = ("bash", "interactive")
+PORT_BASE: Final = 15000
+DEFAULT_ADDRESS: Final = "127.0.0.1"
+
+
+def _read_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"The SLURM variable {name}={raw!r} is not a whole number; SLURM sets it to one. "
+            f"Unset it, or run the script under srun."
+        ) from None
+
+
+def _require_int(name: str) -> int:
+    value = _read_int(name)
+    if value is None:
+        raise ConfigurationError(
+            f"{name} is not set, so this process was not started by srun. The 'slurm' environment reads the "
+            f"ranks that srun gives each task: run `srun python script.py` inside the allocation, or pick "
+            f"another environment."
+        )
+    return value
+
+
+def is_interactive() -> bool:
+    """An interactive allocation (``salloc``, ``srun --pty bash``): processes are started by hand."""
+    return os.environ.get("SLURM_JOB_NAME") in INTERACTIVE_JOB_NAMES
+
+
+def started_by_srun() -> bool:
+    """Whether this process is a task of a job step (``srun``), not the batch script itself."""
+    return "SLURM_STEP_ID" in os.environ or "SLURM_STEPID" in os.environ
+
+
+def started_by_open_mpi() -> bool:
+    """Open MPI's ``mpirun`` sets ``OMPI_COMM_WORLD_SIZE``; ``srun`` never does."""
+    return "OMPI_COMM_WORLD_SIZE" in os.environ
+
+
+def is_slurm_task() -> bool:
+    """The detection rule: a SLURM task count, no interactive job name, and not an ``mpirun`` rank."""
+    return "SLURM_NTASKS" in os.environ and not is_interactive() and not started_by_open_mpi()
+
+
+def main_address() -> str:
+    """The first host of the step's (else the job's) node list: rank 0 runs there."""
+    for name in ("SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"):
+        nodelist = os.environ.get(name, "").strip()
+        if nodelist:
+            return first_host(nodelist)
+    return DEFAULT_ADDRESS
+
+
+def main_port() -> int:
+    """``MASTER_PORT`` when set; else 15000 plus the last four digits of the job id (15000 to 24999)."""
+    explicit = _read_int("MASTER_PORT")
+    if explicit is not None:
+        return explicit
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    digits = job_id[-4:]
+    if not digits.isdigit():
+        raise ConfigurationError(
+            f"Cannot derive the rendezvous port: SLURM_JOB_ID={job_id!r} does not end in digits. "
+            f"Set MASTER_PORT to a free port shared by every task."
+        )
+    return PORT_BASE + int(digits)
+
+
+def _warn_if_srun_unused() -> None:
+    """Inside a job's batch script with several tasks but not started by srun: the classic hang."""
+    if (
+        "SLURM_JOB_ID" in os.environ
+        and not started_by_srun()
+        and not is_interactive()
+        and os.environ.get("SLURM_NTASKS") != "1"
+        and shutil.which("srun") is not None
+    ):
+        warnings.warn(
+            f"This process runs in SLURM job {os.environ['SLURM_JOB_ID']} but was not started by srun "
+            f"(SLURM_NTASKS={os.environ.get('SLURM_NTASKS', 'unset')}, no SLURM_STEP_ID). SLURM starts one "
+            f"process per task only through srun: prepend it, as in `srun python script.py`.",
+            CoreWarning,
+            stacklevel=3,
+        )
+
+
+class SLURMEnvironment:
+    """Ranks and rendezvous from ``srun``; auto-requeue on ``SIGUSR1``.
+
+    :param auto_requeue: When a run starts, take over ``requeue_signal``: on it, call the callback given to
+        :meth:`set_requeue_callback` (save a checkpoint) in every process, then requeue the job from rank 0.
+    :param requeue_signal: The signal SLURM is asked to send (``#SBATCH --signal=USR1@90``).
+    """
+
+    kind: Final = "environment"
+    name: Final = "slurm"
+    priority: Final = 400
+
+    def __init__(self, auto_requeue: bool = True, requeue_signal: int = signal.SIGUSR1) -> None:
+        self.auto_requeue = auto_requeue
+        self.requeue_signal = requeue_signal
+        self.requeue_handler: RequeueHandler | None = None
+        self._callback: RequeueCallback | None = None
+        self._saved_variables: dict[str, str | None] = {}
+
+    # -- requeue API, for the Trainer and for users with their own loop -----------------------------------
+
+    def set_requeue_callback(self, callback: Callable[[], Any] | None) -> bool:
+        """Register what runs in every process on the requeue signal, before rank 0 requeues the job.
+
+        :param callback: A function of no arguments, typically saving a checkpoint; ``None`` removes it.
+        :return: Whether auto-requeue is on (``False`` when built with ``auto_requeue=False``).
+        """
+        self._callback = callback
+        if self.requeue_handler is not None:
+            self.requeue_handler.callback = callback
+        return self.auto_requeue
+
+    def install_requeue_handler(self) -> RequeueHandler | None:
+        """Take over the requeue signal now (done for you when a run starts); ``None`` when turned off."""
+        if not self.auto_requeue:
+            return None
+        if self.requeue_handler is None:
+            self.requeue_handler = RequeueHandler(_read_int("SLURM_PROCID") or 0, self.requeue_signal)
+            self.requeue_handler.callback = self._callback
+        self.requeue_handler.install()
+        return self.requeue_handler
+
+    # -- hooks ---------------------------------------------------------------------------------------------
+
+    @hookimpl
+    def core_attach(self, active: object) -> None:
+        if "SLURM_JOB_ID" in os.environ:
+            self.install_requeue_handler()
+
+    @hookimpl
+    def environment_detect(self) -> object | None:
+        _warn_if_srun_unused()
+        return self if is_slurm_task() else None
+
+    @hookimpl
+    def environment_creates_processes_externally(self) -> bool:
+        return True
+
+    @hookimpl
+    def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> ClusterInfo:
+        address, port = main_address(), main_port()
+        self._export("MASTER_ADDR", address)
+        self._export("MASTER_PORT", str(port))
+        return ClusterInfo(
+            world_size=_require_int("SLURM_NTASKS"),
+            global_rank=_require_int("SLURM_PROCID"),
+            local_rank=_require_int("SLURM_LOCALID"),
+            node_rank=_require_int("SLURM_NODEID"),
+            main_address=address,
+            main_port=port,
+        )
+
+    @hookimpl
+    def environment_validate_settings(self, devices_per_node: int, num_nodes: int) -> None:
+        _warn_if_srun_unused()
+        ntasks = _require_int("SLURM_NTASKS")
+        if ntasks > 1 and not started_by_srun():
+            raise ConfigurationError(
+                f"SLURM allocated SLURM_NTASKS={ntasks} tasks, but this process was not started by srun, so it "
+                f"is the only one and the others would wait for it forever. Start the script with "
+                f"`srun python script.py` in the batch script."
+            )
+        per_node = _read_int("SLURM_NTASKS_PER_NODE")
+        if per_node is not None and per_node != devices_per_node:
+            raise ConfigurationError(
+                f"devices={devices_per_node} per node was requested, but SLURM runs {per_node} tasks per node "
+                f"(--ntasks-per-node={per_node}). Make them agree: devices={per_node}, or "
+                f"--ntasks-per-node={devices_per_node}."
+            )
+        nodes = _read_int("SLURM_NNODES") or _read_int("SLURM_JOB_NUM_NODES")
+        if nodes is not None and nodes != num_nodes:
+            raise ConfigurationError(
+                f"num_nodes={num_nodes} was requested, but the SLURM job has {nodes} node(s) (--nodes={nodes}). "
+                f"Make them agree: num_nodes={nodes}, or --nodes={num_nodes}."
+            )
+        if ntasks != devices_per_node * num_nodes:
+            raise ConfigurationError(
+                f"devices x num_nodes = {devices_per_node} x {num_nodes} = {devices_per_node * num_nodes} "
+                f"processes were requested, but SLURM started SLURM_NTASKS={ntasks} tasks. Make them agree, "
+                f"for example --nodes={num_nodes} --ntasks-per-node={devices_per_node}."
+            )
+
+    @hookimpl
+    def environment_teardown(self) -> None:
+        if self.requeue_handler is not None:
+            self.requeue_handler.uninstall()
+        for name, previous in self._saved_variables.items():
+            if previous is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = previous
+        self._saved_variables.clear()
+
+    def _export(self, name: str, value: str) -> None:
+        """Set a variable for libraries that read it (``init_method="env://"``); teardown restores it."""
+        if name not in self._saved_variables:
+            self._saved_variables[name] = os.environ.get(name)
+        os.environ[name] = value

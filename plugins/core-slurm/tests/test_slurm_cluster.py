@@ -1,0 +1,98 @@
+"""The slurm environment under a real srun, sbatch and salloc-style job on the private cluster (conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SlurmCluster
+
+PROBE = Path(__file__).with_name("environment_probe.py")
+REPO = Path(__file__).resolve().parents[3]
+
+
+def probe_lines(output: str) -> list[dict[str, Any]]:
+    return sorted(
+        (json.loads(line) for line in output.splitlines() if line.startswith("{")),
+        key=lambda report: report.get("global_rank", -1),
+    )
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_srun_two_tasks_are_detected_as_slurm_with_their_ranks(slurm_cluster: SlurmCluster) -> None:
+    result = slurm_cluster.srun(
+        ["--nodes=1", "--ntasks-per-node=2", "--job-name=probe", sys.executable, str(PROBE), "2", "1"]
+    )
+    reports = probe_lines(result.stdout)
+    job_id = reports[0]["exported"]["MASTER_PORT"]  # checked below against the job's own id
+    assert [r["environment"] for r in reports] == ["slurm", "slurm"], result.stdout + result.stderr
+    assert [(r["global_rank"], r["local_rank"], r["node_rank"]) for r in reports] == [(0, 0, 0), (1, 1, 0)]
+    assert {r["world_size"] for r in reports} == {2}
+    assert {r["main_address"] for r in reports} == {"localhost"}
+    assert all(r["externally"] is True for r in reports)
+    assert all(r["warnings"] == [] for r in reports)
+    # Both tasks derive the same port from the job id without talking: 15000 + its last four digits.
+    ports = {r["main_port"] for r in reports}
+    assert len(ports) == 1 and 15000 <= ports.pop() <= 24999
+    assert job_id == str(reports[1]["main_port"])
+    assert all(r["after_teardown"] == {"MASTER_ADDR": None, "MASTER_PORT": None} for r in reports)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_srun_port_follows_the_job_id_and_master_port_wins(slurm_cluster: SlurmCluster) -> None:
+    script = (
+        "import os, core_slurm; print(os.environ['SLURM_JOB_ID'], core_slurm.main_port())"
+    )
+    job_id, port = slurm_cluster.srun(["--ntasks=1", sys.executable, "-c", script]).stdout.split()
+    assert int(port) == 15000 + int(job_id[-4:])
+    pinned = slurm_cluster.srun(["--ntasks=1", sys.executable, "-c", script], env={"MASTER_PORT": "23456"})
+    assert pinned.stdout.split()[1] == "23456"
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_srun_with_a_mismatched_device_count_names_both_numbers(slurm_cluster: SlurmCluster) -> None:
+    result = slurm_cluster.srun(
+        ["--ntasks-per-node=2", "--job-name=probe", sys.executable, str(PROBE), "3", "1"], check=False
+    )
+    errors = {report["error"] for report in probe_lines(result.stdout)}
+    assert len(errors) == 1, result.stdout + result.stderr
+    message = errors.pop()
+    assert "devices=3" in message and "--ntasks-per-node=2" in message
+
+
+@pytest.mark.timeout(120)
+def test_an_interactive_job_name_is_not_treated_as_a_batch_job(slurm_cluster: SlurmCluster) -> None:
+    # `srun --job-name=interactive` (or `salloc` then `bash`) is how users say "I start processes myself".
+    result = slurm_cluster.srun(["--ntasks=1", "--job-name=interactive", sys.executable, str(PROBE), "1", "1"])
+    (report,) = probe_lines(result.stdout)
+    assert report["environment"] == "local"
+
+
+@pytest.mark.timeout(120)
+def test_plugins_check_says_slurm_under_srun(slurm_cluster: SlurmCluster) -> None:
+    result = slurm_cluster.srun(["--ntasks=1", "--job-name=check", sys.executable, "-m", "core.plugins", "--check"])
+    assert "environment detected here:     slurm (core-slurm)" in result.stdout, result.stdout
+    outside = slurm_cluster.run([sys.executable, "-m", "core.plugins", "--check"])
+    assert "environment detected here:     local (core)" in outside.stdout, outside.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_batch_script_without_srun_warns_and_refuses_several_tasks(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    output = tmp_path / "batch.out"
+    script = tmp_path / "batch.sh"
+    script.write_text(f"#!/bin/bash\n{sys.executable} {PROBE} 2 1\n")
+    job_id = slurm_cluster.sbatch(
+        ["--ntasks=2", "--ntasks-per-node=2", "--wait", f"--output={output}", str(script)]
+    )
+    (report,) = probe_lines(output.read_text())
+    assert job_id
+    assert "was not started by srun" in report["error"] and "SLURM_NTASKS=2" in report["error"]
+    assert any("prepend it" in warning for warning in report["warnings"]), report
