@@ -141,12 +141,28 @@ def _show(catalog: Catalog, alias: str, kind: str | None, as_json: bool) -> int:
     return 0
 
 
+def _matrix(catalog: Catalog, as_json: bool) -> int:
+    from core.plugins._matrix import as_json as matrix_json
+    from core.plugins._matrix import build_matrix, render_text
+
+    matrix = build_matrix(catalog)
+    print(matrix_json(matrix) if as_json else render_text(matrix), end="\n" if as_json else "")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG,
         description="List the installed core plugins (from metadata only), inspect one, or check them all.",
     )
-    parser.add_argument("command", nargs="?", default="list", choices=("list", "show"), help="default: list")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="list",
+        choices=("list", "show", "matrix"),
+        help="default: list; matrix imports every plugin and prints which precisions, strategies and "
+        "accelerators work together",
+    )
     parser.add_argument("alias", nargs="?", help="with show: the alias (or dist:alias) to inspect")
     parser.add_argument("--kind", choices=KINDS, help="only plugins of this kind")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -163,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"usage: {_PROG} show ALIAS [--kind KIND] [--json]", file=sys.stderr)
                 return 2
             return _show(catalog, args.alias, args.kind, args.json)
+        if args.command == "matrix":
+            return _matrix(catalog, args.json)
         if args.check:
             return _check(catalog, args.kind, args.json)
         return _list(catalog, args.kind, args.json)
