@@ -1,0 +1,194 @@
+"""What ``Lite.setup*`` returns: thin wrappers that route the per-step calls through bound hooks.
+
+Each wrapper holds the hooks it needs as plain attributes, bound once when it is created, so a training
+step costs a few Python calls on top of the raw loop and no hook lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from core._lite_hooks import BoundHooks
+
+Hook = Callable[..., Any]
+
+
+class LiteModule(torch.nn.Module):
+    """A set-up module.
+
+    ``forward`` converts the inputs to the precision, runs the strategy's module (the user's module,
+    or a ``DistributedDataParallel`` around it) under the precision's autocast, and converts the output
+    back. ``state_dict`` / ``load_state_dict`` and unknown attributes are the original module's, so a
+    checkpoint has the same keys with and without ``Lite``.
+    """
+
+    def __init__(self, forward_module: torch.nn.Module, original_module: torch.nn.Module, hooks: BoundHooks) -> None:
+        super().__init__()
+        self._forward_module = forward_module
+        # Not registered as a submodule: its parameters are reached through the forward module already.
+        self.__dict__["_original_module"] = original_module
+        # A plain reference as well, so that each forward skips nn.Module's attribute lookup.
+        self.__dict__["_forward"] = forward_module
+        self.__dict__["_convert_input"] = hooks.precision_convert_input
+        self.__dict__["_convert_output"] = hooks.precision_convert_output
+        self.__dict__["_autocast"] = hooks.precision_autocast
+        self.__dict__["_ready"] = True
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The user's module, as converted by the precision, without any strategy wrapper."""
+        module: torch.nn.Module = self.__dict__["_original_module"]
+        return module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = self._convert_input(data=(args, kwargs))
+        with self._autocast():
+            output = self._forward(*args, **kwargs)
+        return self._convert_output(data=output)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            original = self.__dict__.get("_original_module")
+            if original is None:
+                raise
+            return getattr(original, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # After construction, new attributes belong to the user's module, where reads find them.
+        own = name in self.__dict__ or hasattr(type(self), name) or name in self._modules
+        if self.__dict__.get("_ready") and not own:
+            setattr(self.module, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def __repr__(self) -> str:
+        return f"LiteModule({self.module!r})"
+
+
+class LiteOptimizer:
+    """A set-up optimizer: ``step`` goes through the strategy's hook, everything else is the optimizer's.
+
+    Instances are of a subclass of both this class and the optimizer's class (made once per optimizer
+    class), so ``isinstance(optimizer, torch.optim.Optimizer)`` holds and learning-rate schedulers accept
+    it. State lives only in the wrapped optimizer: reads and writes of attributes are forwarded.
+    """
+
+    _optimizer: torch.optim.Optimizer
+    _step_hook: Hook
+
+    def __init__(self, optimizer: torch.optim.Optimizer, step_hook: Hook) -> None:
+        object.__setattr__(self, "_optimizer", optimizer)
+        object.__setattr__(self, "_step_hook", step_hook)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer as the strategy set it up."""
+        return self._optimizer
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        kwargs = {} if closure is None else {"closure": closure}
+        return self._step_hook(optimizer=self._optimizer, kwargs=kwargs)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._optimizer.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self._optimizer.add_param_group(param_group)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._optimizer, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Learning-rate schedulers replace ``step`` on the instance to count calls; that wrapper must stay
+        # on this object, or the inner optimizer's own step would call back into this one forever.
+        if name == "step":
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._optimizer, name, value)
+
+    def __repr__(self) -> str:
+        return f"LiteOptimizer({self._optimizer!r})"
+
+
+_WRAPPER_CLASSES: dict[type[torch.optim.Optimizer], type[LiteOptimizer]] = {}
+
+
+def _optimizer_wrapper_class(optimizer_class: type[torch.optim.Optimizer]) -> type[LiteOptimizer]:
+    """``LiteSGD`` for ``SGD``: made once per optimizer class."""
+    wrapper = _WRAPPER_CLASSES.get(optimizer_class)
+    if wrapper is None:
+        name = f"Lite{optimizer_class.__name__}"
+        wrapper = type(name, (LiteOptimizer, optimizer_class), {"__module__": __name__, "__qualname__": name})
+        _WRAPPER_CLASSES[optimizer_class] = wrapper
+    return wrapper
+
+
+def wrap_optimizer(optimizer: torch.optim.Optimizer, step_hook: Hook) -> LiteOptimizer:
+    return _optimizer_wrapper_class(type(optimizer))(optimizer, step_hook)
+
+
+def _epoch_setters(loader: DataLoader[Any]) -> list[Callable[[int], None]]:
+    """``set_epoch`` of the loader's sampler and batch sampler's sampler, where they have one."""
+    samplers = [loader.sampler, getattr(loader.batch_sampler, "sampler", None)]
+    setters = []
+    for sampler in samplers:
+        set_epoch = getattr(sampler, "set_epoch", None)
+        if callable(set_epoch) and set_epoch not in setters:
+            setters.append(set_epoch)
+    return setters
+
+
+class LiteDataLoader:
+    """A set-up DataLoader: each new iteration sets the sampler's epoch; batches arrive on the device."""
+
+    def __init__(self, loader: DataLoader[Any], move: Callable[[Any], Any] | None) -> None:
+        self._loader = loader
+        self._move = move
+        self._set_epoch = _epoch_setters(loader)
+        self._epoch = 0
+
+    @property
+    def loader(self) -> DataLoader[Any]:
+        """The DataLoader iterated (rebuilt with a distributed sampler where the strategy asked for one)."""
+        return self._loader
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        # Without a new epoch a DistributedSampler would shuffle every epoch the same way.
+        for set_epoch in self._set_epoch:
+            set_epoch(self._epoch)
+        self._epoch += 1
+        move = self._move
+        if move is None:
+            yield from self._loader
+            return
+        for batch in self._loader:
+            yield move(batch)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_loader", "_move", "_set_epoch", "_epoch"):
+            raise AttributeError(name)
+        return getattr(self._loader, name)
+
+    def __repr__(self) -> str:
+        return f"LiteDataLoader({self._loader!r})"

@@ -1,0 +1,641 @@
+"""``Lite``: scale your own PyTorch loop to any resolved active set with five changes.
+
+Everything that touches hardware, processes or files goes through the active set's hooks; this module
+only orders the calls. The lifecycle of a ``Lite`` in one process is::
+
+    new --launch()--> running --function returns / teardown--> ended
+
+``launch`` hands a picklable task to the strategy's ``strategy_launch``. In every process the strategy
+runs it in, the task reads the ranks again from the environment, connects the device, lets the strategy
+set up what processes share (the process group), calls the user's function with the ``Lite`` first, and
+tears down in ``finally``. A process that received the ``Lite`` by pickling (``ddp_spawn``) resolves the
+same settings again there, and re-seeds from ``CORE_GLOBAL_SEED``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import functools
+import os
+import warnings
+from collections.abc import Callable, Generator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from typing import Any, Final, TypeVar, cast, overload
+
+import torch
+from torch.utils.data import DataLoader
+
+from core._active import ActiveSet
+from core._collections import apply_to_tensors
+from core._errors import BrokenPluginError, CheckpointError, ConfigurationError, CoreDeprecationWarning, CoreError
+from core._lite_checkpoint import PRECISION_KEY, Filter, restore, to_checkpoint
+from core._lite_data import with_distributed_sampler
+from core._lite_hooks import BoundHooks
+from core._lite_wrappers import LiteDataLoader, LiteModule, LiteOptimizer, wrap_optimizer
+from core._resolver import resolve
+from core._seed import reset_seed, seeds_workers, worker_init_function
+from core._seed import seed_everything as _seed_everything
+
+__all__ = ["Lite", "LiteDataLoader", "LiteModule", "LiteOptimizer"]
+
+T = TypeVar("T")
+
+_NEW: Final = "new"
+_RUNNING: Final = "running"
+_ENDED: Final = "ended"
+
+# Deprecated spellings: argument -> the accelerator family it implies.
+_SHORTHANDS: Final = {"gpus": "cuda", "tpu_cores": "tpu"}
+_SHORTHAND_ACCELERATORS: Final = {"cuda": ("auto", "cuda", "gpu"), "tpu": ("auto", "tpu")}
+
+
+def _apply_shorthands(settings: dict[str, Any], shorthands: Mapping[str, object]) -> None:
+    given = {name: value for name, value in shorthands.items() if value is not None}
+    if len(given) > 1:
+        raise ConfigurationError(f"Pass at most one of gpus= and tpu_cores=, got {given}.")
+    for name, value in given.items():
+        family = _SHORTHANDS[name]
+        if settings["devices"] != "auto":
+            raise ConfigurationError(
+                f"{name}={value!r} and devices={settings['devices']!r} both choose the devices; pass only "
+                f"accelerator={family!r}, devices={value!r}."
+            )
+        if settings["accelerator"] not in _SHORTHAND_ACCELERATORS[family]:
+            raise ConfigurationError(
+                f"{name}={value!r} implies accelerator={family!r}, but accelerator={settings['accelerator']!r} "
+                f"was given; pass accelerator={family!r}, devices={value!r}."
+            )
+        warnings.warn(
+            f"{name}={value!r} is deprecated; pass accelerator={family!r}, devices={value!r} instead.",
+            CoreDeprecationWarning,
+            stacklevel=4,
+        )
+        if settings["accelerator"] == "auto":
+            settings["accelerator"] = family
+        settings["devices"] = value
+
+
+def _as_plugin_list(plugins: object) -> list[object] | None:
+    if plugins is None:
+        return None
+    if isinstance(plugins, (list, tuple)):
+        return list(plugins)
+    return [plugins]
+
+
+class _Task:
+    """What ``strategy_launch`` runs in every process. Picklable when the function and the Lite are."""
+
+    def __init__(self, lite: Lite, function: Callable[..., Any] | None) -> None:
+        self.lite = lite
+        self.function = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        lite = self.lite
+        lite._connect()
+        if self.function is None:  # launch() without a function: the script goes on after it
+            atexit.register(lite._teardown)
+            return None
+        try:
+            return self.function(lite, *args, **kwargs)
+        finally:
+            lite._teardown()
+
+
+class _SubclassRun:
+    """The original ``run`` of a ``Lite`` subclass, found again by class after pickling."""
+
+    def __init__(self, owner: type[Lite]) -> None:
+        self.owner = owner
+
+    def __call__(self, lite: Lite, *args: Any, **kwargs: Any) -> Any:
+        return self.owner.__dict__["run"].__wrapped__(lite, *args, **kwargs)
+
+
+def _launching(owner: type[Lite], run: Callable[..., Any]) -> Callable[..., Any]:
+    """Make ``owner.run(...)`` go through :meth:`Lite.launch`, as ``launch(run, ...)`` would."""
+
+    @functools.wraps(run)
+    def launch_run(self: Lite, *args: Any, **kwargs: Any) -> Any:
+        if self._phase == _RUNNING:  # an override calling super().run(): already inside the run
+            return run(self, *args, **kwargs)
+        return self.launch(_SubclassRun(owner), *args, **kwargs)
+
+    launch_run.__dict__["_core_launches"] = True
+    return launch_run
+
+
+class Lite:
+    """The runtime for your own training loop: the same code on any accelerator, strategy and precision.
+
+    :param accelerator: An accelerator alias (``"cpu"``, ``"cuda"``, ...), a plugin object, or ``"auto"``.
+    :param strategy: A strategy alias (``"single_device"``, ``"ddp"``, ...), a plugin object, or ``"auto"``.
+    :param devices: How many devices (or which indices) per node; ``"auto"`` for the accelerator's default.
+    :param num_nodes: How many nodes the run spans.
+    :param precision: A precision alias (``"32-true"``, ``"bf16-true"``, ...); ``None`` for ``32-true``.
+    :param plugins: Aliases or plugin objects of any kind (an environment, a checkpoint_io, extensions).
+    :param gpus: Deprecated: ``accelerator="cuda", devices=gpus``.
+    :param tpu_cores: Deprecated: ``accelerator="tpu", devices=tpu_cores``.
+
+    Two styles, one path: call :meth:`launch` with a function taking the ``Lite`` first, or subclass,
+    override :meth:`run` and call it; either way the strategy starts the processes and every process runs
+    the function between its setup and its teardown.
+    """
+
+    def __init__(
+        self,
+        accelerator: object = "auto",
+        strategy: object = "auto",
+        devices: object = "auto",
+        num_nodes: int = 1,
+        precision: object = None,
+        plugins: object = None,
+        *,
+        gpus: object = None,
+        tpu_cores: object = None,
+    ) -> None:
+        settings: dict[str, Any] = {
+            "accelerator": accelerator,
+            "strategy": strategy,
+            "devices": devices,
+            "num_nodes": num_nodes,
+            "precision": precision,
+            "plugins": _as_plugin_list(plugins),
+        }
+        _apply_shorthands(settings, {"gpus": gpus, "tpu_cores": tpu_cores})
+        self._settings = settings
+        self._phase = _NEW
+        self._attach(resolve(**settings))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        run = cls.__dict__.get("run")
+        if run is not None and not getattr(run, "_core_launches", False):
+            cls.run = _launching(cls, run)  # type: ignore[method-assign]
+
+    # ---------------------------------------------------------------------------------------------
+    # Lifecycle
+    # ---------------------------------------------------------------------------------------------
+
+    def _attach(self, active: ActiveSet) -> None:
+        self._active = active
+        self._hooks = BoundHooks(active)
+        self._single_module: torch.nn.Module | None = None
+        self._module_count = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The active set (a PluginManager, live plugin objects) stays behind; the settings travel.
+        return {"_settings": self._settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._settings = state["_settings"]
+        self._phase = _NEW
+        self._active = None  # type: ignore[assignment]
+
+    def _ensure_attached(self) -> None:
+        if self._active is None:  # this process received the Lite by pickling
+            self._attach(resolve(**self._settings))
+            reset_seed()
+
+    def _connect(self) -> None:
+        """Set this process up for the run: ranks, device, what the processes share."""
+        self._ensure_attached()
+        active, hooks = self._active, self._hooks
+        cluster = active.refresh_cluster()
+        device = hooks.accelerator_setup_device(local_rank=cluster.local_rank, device_ids=active.config.device_ids)
+        if not isinstance(device, torch.device):
+            raise BrokenPluginError(
+                f"The accelerator {active.config.accelerator!r} returned {device!r} from accelerator_setup_device; "
+                f"expected a torch.device."
+            )
+        active.device = device
+        hooks.strategy_setup_environment()
+        self._phase = _RUNNING
+
+    def _teardown(self) -> None:
+        """Release everything, in the contract's order, even when one step fails; re-raise the first error."""
+        if self._phase != _RUNNING:
+            return
+        self._phase = _ENDED
+        hooks = self._hooks
+        first_error: BaseException | None = None
+        for teardown in (
+            hooks.strategy_teardown,
+            hooks.checkpoint_io_teardown,
+            hooks.accelerator_teardown,
+            hooks.environment_teardown,
+        ):
+            try:
+                teardown()
+            except BaseException as error:  # every teardown must run; the first error is re-raised below
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+
+    def launch(self, function: Callable[..., T] | None = None, *args: Any, **kwargs: Any) -> T | None:
+        """Run ``function(lite, *args, **kwargs)`` in every process of the run; return global rank 0's result.
+
+        :param function: Takes this ``Lite`` first. ``None`` sets up this process and returns, so that the
+            script goes on (for strategies whose processes run the script itself, like ``ddp``); the run
+            is torn down at exit.
+        """
+        self._ensure_attached()
+        if self._phase != _NEW:
+            raise CoreError(
+                "launch() was already called on this Lite; a Lite runs once. Create a new Lite for another run."
+            )
+        if function is not None and not callable(function):
+            raise ConfigurationError(f"launch() takes a function (called as function(lite, ...)), got {function!r}.")
+        try:
+            result = self._hooks.strategy_launch(function=_Task(self, function), args=args, kwargs=kwargs)
+        finally:
+            if function is not None:
+                self._phase = _ENDED
+        if function is None and self._phase != _RUNNING:
+            raise CoreError(
+                f"The strategy {self._active.config.strategy!r} ran the processes elsewhere, so this process "
+                f"cannot go on after launch(); pass the training function: lite.launch(train)."
+            )
+        return result
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Override in a subclass with your training code; calling it launches the run."""
+        raise CoreError(
+            "Lite.run() is not defined: subclass Lite and override run(self, ...), or call lite.launch(function)."
+        )
+
+    def _require_running(self, method: str) -> None:
+        if self._phase == _RUNNING:
+            return
+        if self._phase == _NEW:
+            raise CoreError(
+                f"Lite.{method}() needs a launched run: call lite.launch(train) and use it inside train(lite, ...), "
+                f"override run() in a Lite subclass, or call lite.launch() first."
+            )
+        raise CoreError(
+            f"Lite.{method}() was called after the run ended (launch() returned and tore it down); "
+            f"create a new Lite for another run."
+        )
+
+    # ---------------------------------------------------------------------------------------------
+    # Where this process sits
+    # ---------------------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> ActiveSet:
+        """The resolved active set: ``active.config`` names each plugin, ``active.hook`` calls any hook."""
+        self._ensure_attached()
+        return self._active
+
+    @property
+    def device(self) -> torch.device:
+        """The device this process computes on."""
+        self._require_running("device")
+        return cast(torch.device, self._active.device)  # set by _connect before the phase becomes running
+
+    @property
+    def world_size(self) -> int:
+        return self.active.cluster.world_size
+
+    @property
+    def global_rank(self) -> int:
+        return self.active.cluster.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.active.cluster.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        return self.active.cluster.node_rank
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.active.cluster.global_rank == 0
+
+    # ---------------------------------------------------------------------------------------------
+    # Setting up the objects of a loop
+    # ---------------------------------------------------------------------------------------------
+
+    @overload
+    def setup(self, module: torch.nn.Module, *, move_to_device: bool = True) -> LiteModule: ...
+
+    @overload
+    def setup(
+        self, module: torch.nn.Module, *optimizers: torch.optim.Optimizer, move_to_device: bool = True
+    ) -> tuple[Any, ...]: ...
+
+    def setup(
+        self, module: torch.nn.Module, *optimizers: torch.optim.Optimizer, move_to_device: bool = True
+    ) -> LiteModule | tuple[Any, ...]:
+        """Set up a module and its optimizers; returns the module alone, or ``(module, *optimizers)``."""
+        lite_module = self.setup_module(module, move_to_device=move_to_device)
+        if not optimizers:
+            return lite_module
+        return (lite_module, *(self._setup_optimizer(optimizer) for optimizer in optimizers))
+
+    def setup_module(self, module: torch.nn.Module, move_to_device: bool = True) -> LiteModule:
+        """Convert a module to the precision, move it to the device and let the strategy wrap it."""
+        self._require_running("setup_module")
+        if isinstance(module, LiteModule):
+            raise CoreError("This module was already set up by Lite.setup / setup_module; set each module up once.")
+        if not isinstance(module, torch.nn.Module):
+            raise ConfigurationError(f"setup_module() takes a torch.nn.Module, got {type(module).__qualname__}.")
+        hooks = self._hooks
+        converted = hooks.precision_convert_module(module=module)
+        if move_to_device:
+            converted = converted.to(self.device)
+        forward_module = hooks.strategy_setup_module(module=converted)
+        self._module_count += 1
+        # backward() without model= refers to the one module, as long as there is only one.
+        self._single_module = forward_module if self._module_count == 1 else None
+        return LiteModule(forward_module, converted, hooks)
+
+    def setup_optimizers(self, *optimizers: torch.optim.Optimizer) -> LiteOptimizer | tuple[LiteOptimizer, ...]:
+        """Let the strategy set up each optimizer; returns one optimizer, or a tuple of several."""
+        wrapped = tuple(self._setup_optimizer(optimizer) for optimizer in optimizers)
+        return wrapped[0] if len(wrapped) == 1 else wrapped
+
+    def _setup_optimizer(self, optimizer: torch.optim.Optimizer) -> LiteOptimizer:
+        self._require_running("setup_optimizers")
+        if isinstance(optimizer, LiteOptimizer):
+            raise CoreError("This optimizer was already set up by Lite.setup / setup_optimizers; set it up once.")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigurationError(
+                f"setup_optimizers() takes torch.optim.Optimizer objects, got {type(optimizer).__qualname__}."
+            )
+        prepared = self._hooks.strategy_setup_optimizer(optimizer=optimizer)
+        return wrap_optimizer(prepared, self._hooks.strategy_optimizer_step)
+
+    def setup_dataloaders(
+        self, *dataloaders: DataLoader[Any], use_distributed_sampler: bool = True, move_to_device: bool = True
+    ) -> LiteDataLoader | list[LiteDataLoader]:
+        """Split each DataLoader across processes where the strategy asks for it and move its batches.
+
+        :param use_distributed_sampler: Replace the sampler with a ``DistributedSampler`` when the strategy
+            returns sampler arguments, keeping ``shuffle`` and ``drop_last``.
+        :param move_to_device: Move every batch to :attr:`device`.
+        :return: One loader, or a list for several.
+        """
+        self._require_running("setup_dataloaders")
+        sampler_kwargs = self._hooks.strategy_distributed_sampler_kwargs() if use_distributed_sampler else None
+        move = self._mover() if move_to_device else None
+        prepared = [self._prepare_dataloader(loader, sampler_kwargs, move) for loader in dataloaders]
+        return prepared[0] if len(prepared) == 1 else prepared
+
+    def _prepare_dataloader(
+        self, loader: DataLoader[Any], sampler_kwargs: dict[str, Any] | None, move: Callable[[Any], Any] | None
+    ) -> LiteDataLoader:
+        if isinstance(loader, LiteDataLoader):
+            raise CoreError("This DataLoader was already set up by Lite.setup_dataloaders; set it up once.")
+        if not isinstance(loader, DataLoader):
+            raise ConfigurationError(
+                f"setup_dataloaders() takes torch.utils.data.DataLoader objects, got {type(loader).__qualname__}."
+            )
+        if sampler_kwargs is not None:
+            loader = with_distributed_sampler(loader, sampler_kwargs)
+        if seeds_workers() and loader.num_workers > 0 and loader.worker_init_fn is None:
+            loader.worker_init_fn = functools.partial(worker_init_function, rank=self.global_rank)
+        return LiteDataLoader(loader, move)
+
+    def _mover(self) -> Callable[[Any], Any]:
+        device = self.device
+
+        def move_tensor(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(device)
+
+        return functools.partial(apply_to_tensors, function=move_tensor)
+
+    # ---------------------------------------------------------------------------------------------
+    # The training step
+    # ---------------------------------------------------------------------------------------------
+
+    def backward(self, tensor: torch.Tensor, *args: Any, model: torch.nn.Module | None = None, **kwargs: Any) -> None:
+        """Replace ``loss.backward()``: the strategy and precision run it (scaling, engines).
+
+        :param model: The set-up module the loss came from; needed only when several are set up and the
+            strategy cares (DeepSpeed).
+        """
+        if self._phase != _RUNNING:
+            self._require_running("backward")
+        if args or kwargs:
+            raise ConfigurationError(
+                f"Lite.backward() passes no arguments to tensor.backward() (got {args or ''}{kwargs or ''}): the "
+                f"strategy_backward hook takes only the loss and the module. Call backward(loss) instead."
+            )
+        if model is None:
+            module = self._single_module
+        else:
+            module = model.__dict__.get("_forward", model) if isinstance(model, LiteModule) else model
+        self._hooks.strategy_backward(tensor=tensor, module=module)
+
+    def clip_gradients(
+        self,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        clip_val: float | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        error_if_nonfinite: bool = True,
+    ) -> torch.Tensor | None:
+        """Clip the gradients of ``module`` by value or by norm, after the precision unscaled them.
+
+        :return: The total norm before clipping when clipping by norm, ``None`` when clipping by value.
+        """
+        self._require_running("clip_gradients")
+        if (clip_val is None) == (max_norm is None):
+            raise ConfigurationError(
+                f"clip_gradients() needs exactly one of clip_val= (clip each value) or max_norm= (clip the norm); "
+                f"got clip_val={clip_val!r}, max_norm={max_norm!r}."
+            )
+        inner = optimizer.optimizer if isinstance(optimizer, LiteOptimizer) else optimizer
+        self._hooks.precision_unscale_gradients(optimizer=inner)
+        parameters = [parameter for parameter in module.parameters() if parameter.grad is not None]
+        if max_norm is not None:
+            return torch.nn.utils.clip_grad_norm_(
+                parameters, max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite
+            )
+        torch.nn.utils.clip_grad_value_(parameters, clip_val)  # type: ignore[arg-type]
+        return None
+
+    def autocast(self) -> AbstractContextManager[None]:
+        """The precision's context for code outside a set-up module's forward (a loss on raw tensors)."""
+        self._require_running("autocast")
+        context: AbstractContextManager[None] = self._hooks.precision_autocast()
+        return context
+
+    def to_device(self, obj: T) -> T:
+        """Move a module, a tensor or a nested collection of tensors to :attr:`device`."""
+        self._require_running("to_device")
+        if isinstance(obj, torch.nn.Module):
+            return obj.to(self.device)
+        return self._mover()(obj)
+
+    def no_backward_sync(self, module: torch.nn.Module, enabled: bool = True) -> AbstractContextManager[Any]:
+        """A context in which ``backward`` accumulates gradients locally (skip the all-reduce while accumulating).
+
+        :param enabled: ``False`` gives a null context, for ``no_backward_sync(model, enabled=not last)``.
+        """
+        self._require_running("no_backward_sync")
+        if not isinstance(module, LiteModule):
+            raise ConfigurationError(
+                f"no_backward_sync() takes a module returned by Lite.setup / setup_module, got "
+                f"{type(module).__qualname__}; set the module up first."
+            )
+        if not enabled:
+            return nullcontext()
+        forward_module = module.__dict__["_forward"]
+        context: AbstractContextManager[Any] = self._hooks.strategy_block_backward_sync(module=forward_module)
+        return context
+
+    @contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Generator[None, None, None]:
+        """A context in which new modules are created on the device, in the precision's dtype.
+
+        :param empty_init: Allow the strategy to skip initialising parameters (they will be loaded).
+        """
+        self._require_running("init_module")
+        with ExitStack() as stack:
+            strategy_context = self._hooks.strategy_module_init_context(empty_init=bool(empty_init))
+            stack.enter_context(strategy_context if strategy_context is not None else nullcontext())
+            stack.enter_context(self._hooks.precision_tensor_init_context())
+            yield
+
+    # ---------------------------------------------------------------------------------------------
+    # Collectives
+    # ---------------------------------------------------------------------------------------------
+
+    def _as_tensors(self, data: Any) -> Any:
+        """Numbers become tensors on the device, so that plain metrics can be reduced like tensors."""
+        if isinstance(data, torch.Tensor):
+            return data
+        if isinstance(data, (int, float)) and not isinstance(data, bool):
+            return torch.tensor(data, device=self.device)
+        if isinstance(data, Mapping):
+            return type(data)({key: self._as_tensors(value) for key, value in data.items()})  # type: ignore[call-arg]
+        if isinstance(data, tuple) and hasattr(data, "_fields"):
+            return type(data)(*(self._as_tensors(value) for value in data))
+        if isinstance(data, (list, tuple)):
+            return type(data)(self._as_tensors(value) for value in data)
+        return data
+
+    def all_reduce(self, data: Any, group: Any | None = None, reduce_op: str = "mean") -> Any:
+        """Reduce a tensor, a number or every tensor of a collection across processes.
+
+        :param reduce_op: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
+        :return: The same structure, reduced; numbers come back as tensors.
+        """
+        self._require_running("all_reduce")
+        reduce = self._hooks.strategy_reduce
+
+        def one(tensor: torch.Tensor) -> torch.Tensor:
+            result: torch.Tensor = reduce(tensor=tensor, group=group, reduce_op=reduce_op)
+            return result
+
+        return apply_to_tensors(self._as_tensors(data), one)
+
+    def all_gather(self, data: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
+        """Gather a tensor, a number or every tensor of a collection from every process.
+
+        :return: The same structure with each tensor of shape ``(world_size, *shape)``.
+        """
+        self._require_running("all_gather")
+        gather = self._hooks.strategy_all_gather
+
+        def one(tensor: torch.Tensor) -> torch.Tensor:
+            result: torch.Tensor = gather(tensor=tensor.contiguous(), group=group, sync_grads=sync_grads)
+            return result
+
+        return apply_to_tensors(self._as_tensors(data), one)
+
+    def broadcast(self, obj: T, src: int = 0) -> T:
+        """Send a picklable object from global rank ``src`` to every process and return it."""
+        self._require_running("broadcast")
+        result: T = self._hooks.strategy_broadcast(obj=obj, src=src)
+        return result
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process gets here."""
+        self._require_running("barrier")
+        self._hooks.strategy_barrier(name=name)
+
+    @contextmanager
+    def rank_zero_first(self, local: bool = False) -> Generator[None, None, None]:
+        """Run the block on rank 0 first, then on the others (download or preprocess once).
+
+        :param local: Rank 0 of each node goes first instead of global rank 0.
+        """
+        self._require_running("rank_zero_first")
+        rank = self.local_rank if local else self.global_rank
+        if rank > 0:
+            self.barrier("rank_zero_first")
+        yield
+        if rank == 0:
+            self.barrier("rank_zero_first")
+
+    # ---------------------------------------------------------------------------------------------
+    # Checkpoints
+    # ---------------------------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str], state: Mapping[str, Any], filter: Filter | None = None) -> None:
+        """Save modules, optimizers (their state dicts) and plain values; the strategy picks the writing ranks.
+
+        :param filter: For some keys of ``state``, a function ``(name, value) -> bool`` choosing which
+            entries of that object's state dict to keep.
+        """
+        self._require_running("save")
+        checkpoint = to_checkpoint(state, filter, self._hooks.precision_state_dict())
+        self._hooks.strategy_save_checkpoint(path=os.fspath(path), state=checkpoint)
+
+    def load(
+        self,
+        path: str | os.PathLike[str],
+        state: dict[str, Any] | None = None,
+        strict: bool = True,
+        *,
+        weights_only: bool = True,
+    ) -> dict[str, Any]:
+        """Load a checkpoint written by :meth:`save`.
+
+        :param state: Objects to restore in place (modules, optimizers) and plain values to replace; ``None``
+            returns the whole checkpoint untouched.
+        :param strict: Every key of ``state`` must be in the checkpoint, and module keys must match.
+        :param weights_only: Refuse a file holding anything but tensors and plain containers, running nothing
+            from it. ``False`` unpickles arbitrary objects: only for files you trust.
+        :return: The entries of the checkpoint that ``state`` did not ask for.
+        """
+        self._require_running("load")
+        where = os.fspath(path)
+        checkpoint = self._hooks.strategy_load_checkpoint(path=where, weights_only=weights_only)
+        if not isinstance(checkpoint, dict):
+            raise CheckpointError(
+                f"The checkpoint {where!r} holds a {type(checkpoint).__name__}, not the dict Lite.save writes."
+            )
+        if state is None:
+            return checkpoint
+        precision_state = checkpoint.pop(PRECISION_KEY, None)
+        if precision_state is not None:
+            self._hooks.precision_load_state_dict(state=precision_state)
+        return restore(state, checkpoint, strict, where)
+
+    # ---------------------------------------------------------------------------------------------
+    # Utilities
+    # ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
+        """Seed ``random``, ``numpy`` and ``torch``; see :func:`core.seed_everything`.
+
+        :param workers: Seed DataLoader workers too; ``None`` means ``True`` here (as in Lightning Fabric).
+        """
+        return _seed_everything(seed, workers=True if workers is None else workers, verbose=verbose)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only."""
+        if self.is_global_zero:
+            builtins.print(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Lite {self._phase}\n{self.active.config.summary()}>"
+
