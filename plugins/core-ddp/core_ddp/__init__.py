@@ -1,0 +1,59 @@
+"""core-ddp: the DDP family of strategies for ``core`` (``ddp``, ``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``,
+``ddp_find_unused_parameters_true``, ``dp``).
+
+Each alias is an entry point of the ``core.strategies`` group whose value is one of the factories below;
+``DDPStrategy(...)`` is the object to pass for options: ``Lite(strategy=DDPStrategy(static_graph=True))``.
+"""
+
+from __future__ import annotations
+
+from core_ddp._dp import DataParallelStrategy
+from core_ddp._errors import CollectiveError, CollectiveTimeoutError, PeerLostError, ProcessFailedError
+from core_ddp._strategy import START_METHODS, DDPStrategy
+
+
+def ddp() -> DDPStrategy:
+    """``ddp``: the script is run again as the other local ranks (unless a launcher already started them)."""
+    return DDPStrategy(start_method="popen")
+
+
+def ddp_spawn() -> DDPStrategy:
+    """``ddp_spawn``: fresh processes via ``torch.multiprocessing`` spawn; rank 0's return value comes back."""
+    return DDPStrategy(start_method="spawn")
+
+
+def ddp_fork() -> DDPStrategy:
+    """``ddp_fork``: forked processes; works in notebooks and REPLs, with CUDA only if it is not initialised yet."""
+    return DDPStrategy(start_method="fork")
+
+
+def ddp_notebook() -> DDPStrategy:
+    """``ddp_notebook``: ``ddp_fork`` under the name notebook users look for."""
+    return DDPStrategy(start_method="fork", name="ddp_notebook")
+
+
+def ddp_find_unused_parameters_true() -> DDPStrategy:
+    """``ddp`` for models where some parameters get no gradient in some steps."""
+    return DDPStrategy(find_unused_parameters=True, name="ddp_find_unused_parameters_true")
+
+
+def dp() -> DataParallelStrategy:
+    """``dp``: ``torch.nn.DataParallel`` over several CUDA devices in one process."""
+    return DataParallelStrategy()
+
+
+__all__ = [
+    "START_METHODS",
+    "CollectiveError",
+    "CollectiveTimeoutError",
+    "DDPStrategy",
+    "DataParallelStrategy",
+    "PeerLostError",
+    "ProcessFailedError",
+    "ddp",
+    "ddp_find_unused_parameters_true",
+    "ddp_fork",
+    "ddp_notebook",
+    "ddp_spawn",
+    "dp",
+]

@@ -1,0 +1,92 @@
+"""Collective operations over ``torch.distributed``, with backend errors turned into project errors.
+
+Every function takes the name it reports under, so a rank that stops participating shows up as
+"the collective 'all_reduce' did not complete within 5 s" rather than a gloo buffer message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, Final, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from core_ddp._errors import translate
+
+_Result = TypeVar("_Result")
+
+_REDUCE_OPS: Final = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                      "min": dist.ReduceOp.MIN}
+# gloo reduces these dtypes poorly or not at all; they travel as float32 and come back in their dtype.
+_WIDENED: Final = (torch.bfloat16, torch.float16, torch.bool)
+
+
+class Communicator:
+    """The collectives of one rank: knows its rank and timeout for the errors it raises."""
+
+    def __init__(self, global_rank: int, timeout: timedelta) -> None:
+        self.global_rank = global_rank
+        self.timeout = timeout
+
+    @contextmanager
+    def guard(self, collective: str) -> Iterator[None]:
+        """Re-raise a backend error of ``collective`` as a :class:`CollectiveError` naming it."""
+        try:
+            yield
+        except RuntimeError as error:
+            translated = translate(error, collective, self.global_rank, self.timeout)
+            if translated is error:
+                raise
+            raise translated from error
+
+    def call(self, collective: str, function: Callable[..., _Result], *args: Any, **kwargs: Any) -> _Result:
+        with self.guard(collective):
+            return function(*args, **kwargs)
+
+    def reduce(self, tensor: torch.Tensor, group: Any | None, reduce_op: str) -> torch.Tensor:
+        """``sum`` / ``mean`` / ``max`` / ``min`` of ``tensor`` over the group, as a new tensor."""
+        original_dtype = tensor.dtype
+        if reduce_op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
+            work = tensor.to(torch.get_default_dtype())
+        elif original_dtype in _WIDENED:
+            work = tensor.to(torch.float32)
+        else:
+            work = tensor.clone()
+        work = work.contiguous()
+        self.call("all_reduce", dist.all_reduce, work, op=_REDUCE_OPS[reduce_op], group=group)
+        if reduce_op == "mean":
+            work = work / dist.get_world_size(group)
+        if original_dtype in _WIDENED and (reduce_op != "mean" or original_dtype != torch.bool):
+            work = work.to(original_dtype)
+        return work
+
+    def all_gather(self, tensor: torch.Tensor, group: Any | None, sync_grads: bool) -> torch.Tensor:
+        """Shape ``(world_size, *tensor.shape)``; with ``sync_grads`` gradients flow back to each rank."""
+        tensor = tensor.contiguous()
+        if sync_grads:
+            from torch.distributed.nn.functional import all_gather as differentiable_all_gather
+
+            gathered = self.call("all_gather", differentiable_all_gather, tensor, group=group or dist.group.WORLD)
+            return torch.stack(list(gathered))
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        self.call("all_gather", dist.all_gather, parts, tensor, group=group)
+        return torch.stack(parts)
+
+    def broadcast(self, obj: Any, src: int, device: torch.device | None) -> Any:
+        """Any picklable object (tensors included, whatever their shape on the receivers) from ``src``."""
+        holder = [obj]
+        self.call("broadcast", dist.broadcast_object_list, holder, src=src, device=device)
+        received = holder[0]
+        if isinstance(received, torch.Tensor) and device is not None:
+            return received.to(device)
+        return received
+
+    def barrier(self, name: str | None, device_ids: list[int] | None) -> None:
+        label = f"barrier {name!r}" if name else "barrier"
+        if device_ids is not None:
+            self.call(label, dist.barrier, device_ids=device_ids)
+        else:
+            self.call(label, dist.barrier)

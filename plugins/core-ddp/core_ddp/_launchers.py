@@ -1,0 +1,265 @@
+"""How the DDP family starts its processes, and how a rank fails without leaving the others hanging.
+
+``popen`` (``ddp``): the launching process is rank 0; it starts the script's command line again as the
+other local ranks and watches them from a thread. ``spawn`` / ``fork`` / ``forkserver``: the launching
+process starts every local rank with ``torch.multiprocessing``, waits, and gets rank 0's return value.
+Either way :mod:`core._supervisor` stops every process of the job as soon as one fails.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import torch.distributed as dist
+import torch.multiprocessing
+
+from core._supervisor import (
+    ERROR_FILE_VARIABLE,
+    PARENT_PID_VARIABLE,
+    Failure,
+    Supervisor,
+    Worker,
+    abort,
+    set_parent_death_signal,
+    start_worker,
+    supervised,
+    watch_parent,
+    write_failure,
+)
+from core_ddp._errors import ProcessFailedError, is_peer_lost
+
+PREFIX: Final = "core-ddp"
+
+# The exception being handled when each running rank function started (usually None). While a rank
+# function runs, a different exception in flight means it is failing: the strategy's teardown then leaves
+# the cleanup to the guard, which must stop the other ranks before any connection closes.
+_outer_exceptions: list[BaseException | None] = []
+
+# The local ranks this process started (``popen``), so that any failure of this rank stops them.
+_children: Supervisor | None = None
+
+
+@attrs.frozen
+class Layout:
+    """Where the processes of this node sit in the job and where they meet."""
+
+    devices_per_node: int
+    num_nodes: int
+    node_rank: int
+    main_address: str
+    main_port: int
+
+    @property
+    def world_size(self) -> int:
+        return self.devices_per_node * self.num_nodes
+
+    def global_rank(self, local_rank: int) -> int:
+        return self.node_rank * self.devices_per_node + local_rank
+
+    def variables(self, local_rank: int) -> dict[str, str]:
+        """The variables torchrun would set for ``local_rank``; the ``local`` environment reads them."""
+        return {
+            "MASTER_ADDR": self.main_address,
+            "MASTER_PORT": str(self.main_port),
+            "WORLD_SIZE": str(self.world_size),
+            "NODE_RANK": str(self.node_rank),
+            "GROUP_RANK": str(self.node_rank),
+            "LOCAL_RANK": str(local_rank),
+            "LOCAL_WORLD_SIZE": str(self.devices_per_node),
+            "RANK": str(self.global_rank(local_rank)),
+        }
+
+
+def failing() -> bool:
+    """Whether a rank function runs under :func:`run_rank` here and an exception is escaping it."""
+    current = sys.exc_info()[1]
+    return bool(_outer_exceptions) and current is not None and current is not _outer_exceptions[-1]
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    add_note = getattr(error, "add_note", None)
+    if add_note is not None:
+        add_note(note)
+    else:  # Python 3.10
+        print(note, file=sys.stderr, flush=True)
+
+
+def _destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def _fail_rank(error: BaseException, global_rank: int, world_size: int, children: Supervisor | None) -> None:
+    """Handle ``error`` escaping the rank function; returns only if the caller should re-raise it."""
+    secondary = is_peer_lost(error)
+    if children is not None:
+        # This process launched the other local ranks: it must stop them, and blame the right rank.
+        found = children.failures()
+        if secondary and found:
+            mine = Failure(global_rank, 0, os.getpid(), 1, None, secondary=True)
+            abort(children, [*found, mine])
+        if not children.claim():
+            while True:  # the monitor thread is stopping the job and will end this process
+                time.sleep(1)
+        stopped = children.stop()
+        _destroy_process_group()
+        _add_note(error, f"{PREFIX}: global rank {global_rank} of {world_size} failed with the error above; "
+                         f"stopped global rank(s) {stopped}.")
+        return
+    if supervised():
+        # A launcher collects this failure and stops the job; exit before closing any connection cleanly.
+        write_failure(error, global_rank, secondary)
+        _exit_now(1)
+    _destroy_process_group()
+    _add_note(error, f"{PREFIX}: raised on global rank {global_rank} of {world_size}.")
+
+
+def run_rank(
+    function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], global_rank: int, world_size: int
+) -> Any:
+    """Run one rank's function; on an exception, stop the job as :mod:`core._supervisor` describes."""
+    _outer_exceptions.append(sys.exc_info()[1])
+    try:
+        return function(*args, **kwargs)
+    except BaseException as error:
+        _fail_rank(error, global_rank, world_size, _children)
+        raise
+    finally:
+        _outer_exceptions.pop()
+
+
+@contextlib.contextmanager
+def _scratch_directory() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="core-ddp-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# popen: re-run the script as the other local ranks
+# --------------------------------------------------------------------------------------------------
+
+
+def script_command() -> list[str]:
+    """This process's command line (``python script.py ...``, ``python -m pkg ...``), to run it again."""
+    arguments = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
+    return [sys.executable, *arguments[1:]]
+
+
+def _wait_at_exit(children: Supervisor) -> None:
+    found = children.wait()
+    if found:
+        abort(children, found)
+
+
+def start_script_children(layout: Layout) -> Supervisor:
+    """Start local ranks 1..N-1 as copies of this command line; this process becomes local rank 0.
+
+    A monitor thread stops the job when a child fails; at exit this process waits for its children so
+    that none is killed by this process ending first.
+    """
+    error_directory = Path(tempfile.mkdtemp(prefix="core-ddp-"))
+    workers = []
+    for local_rank in range(1, layout.devices_per_node):
+        environment = {**os.environ, **layout.variables(local_rank)}
+        error_file = str(error_directory / f"rank-{layout.global_rank(local_rank)}.json")
+        workers.append(
+            start_worker(script_command(), environment, layout.global_rank(local_rank), local_rank, error_file)
+        )
+    os.environ.update(layout.variables(0))
+    global _children
+    children = _children = Supervisor(workers, prefix=PREFIX)
+    children.watch(lambda found: abort(children, found))
+    atexit.register(shutil.rmtree, error_directory, ignore_errors=True)
+    atexit.register(_wait_at_exit, children)
+    return children
+
+
+def start_supervised_child() -> None:
+    """In a process started by a launcher: die with it even where PDEATHSIG is not available."""
+    if supervised():
+        watch_parent()
+
+
+# --------------------------------------------------------------------------------------------------
+# spawn / fork / forkserver: torch.multiprocessing, the caller waits and gets rank 0's result
+# --------------------------------------------------------------------------------------------------
+
+
+def _process_entry(
+    local_rank: int,
+    function: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    layout: Layout,
+    scratch: str,
+    parent: int,
+) -> None:
+    set_parent_death_signal(parent)
+    global_rank = layout.global_rank(local_rank)
+    os.environ.update(layout.variables(local_rank))
+    os.environ[ERROR_FILE_VARIABLE] = os.path.join(scratch, f"rank-{global_rank}.json")
+    os.environ[PARENT_PID_VARIABLE] = str(parent)
+    watch_parent()
+    run_rank(_call_and_keep, (function, args, kwargs, global_rank, scratch), {}, global_rank, layout.world_size)
+
+
+def _call_and_keep(
+    function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], global_rank: int, scratch: str
+) -> None:
+    result = function(*args, **kwargs)
+    if global_rank == 0:
+        with open(os.path.join(scratch, "result.pickle"), "wb") as file:
+            pickle.dump(result, file)
+
+
+def start_processes(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
+                    layout: Layout, start_method: str) -> Any:
+    """Run the function in one new process per local rank; return global rank 0's result, or raise."""
+    with _scratch_directory() as scratch:
+        context = torch.multiprocessing.start_processes(
+            _process_entry,
+            args=(function, args, kwargs, layout, str(scratch), os.getpid()),
+            nprocs=layout.devices_per_node,
+            join=False,
+            start_method=start_method,
+        )
+        workers = [
+            Worker(layout.global_rank(index), index, process, str(scratch / f"rank-{layout.global_rank(index)}.json"))
+            for index, process in enumerate(context.processes)
+        ]
+        processes = Supervisor(workers, prefix=PREFIX)
+        try:
+            found = processes.wait()
+        except BaseException:
+            processes.stop()
+            raise
+        stopped = processes.stop()
+        if found:
+            raise ProcessFailedError(processes.report(found, stopped), found[0].global_rank, found[0].exit_code)
+        result_file = scratch / "result.pickle"
+        if not result_file.exists():
+            return None
+        with open(result_file, "rb") as file:
+            return pickle.load(file)
