@@ -8,7 +8,7 @@ from typing import Final
 import torch
 
 from core import DeviceRequest, PluginUnavailableError, Supports, hookimpl
-from core_tpu._runtime import current_reason, parse_xla_devices, probe, xla_device
+from core_tpu import _runtime
 
 XLA_STRATEGIES: Final = frozenset({"xla", "single_xla"})
 
@@ -32,7 +32,7 @@ class TPUAccelerator:
 
     def unavailable_reason(self) -> str | None:
         """Why this accelerator cannot run here, or ``None`` when it can (read by ``--check``)."""
-        return current_reason()
+        return _runtime.current_reason()
 
     def _require_available(self) -> None:
         reason = self.unavailable_reason()
@@ -45,21 +45,21 @@ class TPUAccelerator:
 
     @hookimpl
     def accelerator_is_available(self) -> bool:
-        return current_reason() is None
+        return _runtime.current_reason() is None
 
     @hookimpl
     def accelerator_device_count(self) -> int:
-        return probe().device_count
+        return _runtime.probe().device_count
 
     @hookimpl
     def accelerator_parse_devices(self, devices: DeviceRequest) -> list[int]:
         self._require_available()
-        return parse_xla_devices(devices, probe().device_count)
+        return _runtime.parse_xla_devices(devices, _runtime.probe().device_count)
 
     @hookimpl
     def accelerator_setup_device(self, local_rank: int, device_ids: Sequence[int]) -> torch.device:
         self._require_available()
-        return xla_device()
+        return _runtime.xla_device()
 
     @hookimpl
     def accelerator_process_group_backend(self) -> str:
