@@ -56,6 +56,14 @@ class SingleXLAStrategy(SingleDeviceStrategy):
         xm.mark_step()
         return result
 
+    @hookimpl
+    def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
+        # Every rank takes part in moving the lazy tensors to the host; only rank 0 writes.
+        on_host = apply_to_tensors(state, lambda tensor: tensor.detach().cpu())
+        if self.active.cluster.is_global_zero:
+            self.active.hook.checkpoint_io_save(checkpoint=on_host, path=path, storage_options=None)
+        self.active.hook.strategy_barrier(name="save_checkpoint")
+
 
 class XLAStrategy(SingleXLAStrategy):
     """One process per TPU device, started by torch_xla's ``xmp.spawn``; gradients averaged at each step."""
@@ -133,11 +141,3 @@ class XLAStrategy(SingleXLAStrategy):
     def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
         cluster = self.active.cluster
         return {"num_replicas": cluster.world_size, "rank": cluster.global_rank}
-
-    @hookimpl
-    def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
-        # Every rank takes part in moving the lazy tensors to the host; only rank 0 writes.
-        on_host = apply_to_tensors(state, lambda tensor: tensor.detach().cpu())
-        if self.active.cluster.is_global_zero:
-            self.active.hook.checkpoint_io_save(checkpoint=on_host, path=path, storage_options=None)
-        self.active.hook.strategy_barrier(name="save_checkpoint")
