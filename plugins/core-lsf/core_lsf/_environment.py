@@ -1,0 +1,158 @@
+"""The ``lsf`` environment: tasks started by ``jsrun`` in an LSF job (CSM systems such as Summit).
+
+Variables read, as Lightning's LSFEnvironment documents them:
+
+- ``JSM_NAMESPACE_SIZE``, ``JSM_NAMESPACE_RANK``, ``JSM_NAMESPACE_LOCAL_RANK``: world size, global and local
+  rank, set by ``jsrun`` in every task;
+- ``LSB_JOBID``: the job id; the port is ``10000 + LSB_JOBID % 1000`` unless ``MASTER_PORT`` is set;
+- ``LSB_DJOB_RANKFILE``: a file with one host name per line (per slot). Its first line is the launch node,
+  which runs the batch script but no task; the remaining hosts, in order of first appearance, are the
+  compute nodes: the first is the main address and this host's position is the node rank. When the file is
+  missing, ``LSB_MCPU_HOSTS`` (``"launch 1 host1 42 host2 42"``) and then ``LSB_HOSTS`` (one name per slot)
+  give the same list.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Final
+
+from core import ClusterInfo, ConfigurationError, hookimpl
+
+DETECTION_VARIABLES: Final = ("LSB_JOBID", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK")
+HOST_SOURCES: Final = ("LSB_DJOB_RANKFILE", "LSB_MCPU_HOSTS", "LSB_HOSTS")
+PORT_BASE: Final = 10000
+
+
+def _read_int(name: str) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        raise ConfigurationError(
+            f"{name} is not set, but the 'lsf' environment reads it from jsrun. Start the script with "
+            f"`jsrun ... python script.py` inside the LSF job, or pick another environment."
+        )
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(f"The LSF variable {name}={raw!r} is not a whole number.") from None
+
+
+def _unique(hosts: list[str]) -> list[str]:
+    return list(dict.fromkeys(hosts))
+
+
+def _slot_hosts() -> tuple[str, list[str]]:
+    """Every host name the job lists, one per slot, launch node first, and the variable it came from."""
+    rankfile = os.environ.get("LSB_DJOB_RANKFILE", "").strip()
+    if rankfile:
+        try:
+            text = Path(rankfile).read_text()
+        except OSError as error:
+            raise ConfigurationError(f"Cannot read LSB_DJOB_RANKFILE={rankfile!r}: {error}.") from None
+        return "LSB_DJOB_RANKFILE", [line.strip() for line in text.splitlines() if line.strip()]
+    mcpu = os.environ.get("LSB_MCPU_HOSTS", "").split()
+    if mcpu:
+        return "LSB_MCPU_HOSTS", mcpu[0::2]
+    return "LSB_HOSTS", os.environ.get("LSB_HOSTS", "").split()
+
+
+def compute_hosts() -> list[str]:
+    """The job's compute nodes in order, without the launch node."""
+    source, hosts = _slot_hosts()
+    unique = _unique(hosts)
+    if len(unique) < 2:
+        raise ConfigurationError(
+            f"{source} lists {unique or 'no hosts'}; expected the launch node followed by at least one compute "
+            f"node. Run inside an LSF job started with bsub, with tasks started by jsrun."
+        )
+    return unique[1:]
+
+
+def main_port() -> int:
+    explicit = os.environ.get("MASTER_PORT", "").strip()
+    if explicit:
+        try:
+            return int(explicit)
+        except ValueError:
+            raise ConfigurationError(f"MASTER_PORT={explicit!r} is not a port number.") from None
+    return PORT_BASE + _read_int("LSB_JOBID") % 1000
+
+
+class LSFEnvironment:
+    """Ranks from jsrun, hosts from the LSF rank file."""
+
+    kind: Final = "environment"
+    name: Final = "lsf"
+    priority: Final = 300
+
+    def __init__(self) -> None:
+        self._saved_variables: dict[str, str | None] = {}
+
+    @hookimpl
+    def environment_detect(self) -> object | None:
+        jsrun_task = all(os.environ.get(name) for name in DETECTION_VARIABLES)
+        has_hosts = any(os.environ.get(name) for name in HOST_SOURCES)
+        return self if jsrun_task and has_hosts else None
+
+    @hookimpl
+    def environment_creates_processes_externally(self) -> bool:
+        return True
+
+    @hookimpl
+    def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> ClusterInfo:
+        hosts = compute_hosts()
+        hostname = socket.gethostname()
+        if hostname not in hosts:
+            short = hostname.split(".")[0]
+            matches = [index for index, host in enumerate(hosts) if host.split(".")[0] == short]
+            if not matches:
+                raise ConfigurationError(
+                    f"This host, {hostname!r}, is not among the job's compute nodes {hosts} "
+                    f"(from {_slot_hosts()[0]}); cannot tell its node rank."
+                )
+            node_rank = matches[0]
+        else:
+            node_rank = hosts.index(hostname)
+        address, port = hosts[0], main_port()
+        self._export("MASTER_ADDR", address)
+        self._export("MASTER_PORT", str(port))
+        return ClusterInfo(
+            world_size=_read_int("JSM_NAMESPACE_SIZE"),
+            global_rank=_read_int("JSM_NAMESPACE_RANK"),
+            local_rank=_read_int("JSM_NAMESPACE_LOCAL_RANK"),
+            node_rank=node_rank,
+            main_address=address,
+            main_port=port,
+        )
+
+    @hookimpl
+    def environment_validate_settings(self, devices_per_node: int, num_nodes: int) -> None:
+        world_size = _read_int("JSM_NAMESPACE_SIZE")
+        nodes = len(compute_hosts())
+        if nodes != num_nodes:
+            raise ConfigurationError(
+                f"num_nodes={num_nodes} was requested, but the LSF job has {nodes} compute node(s) "
+                f"({', '.join(compute_hosts())}). Make them agree: num_nodes={nodes}, or bsub -nnodes {num_nodes}."
+            )
+        if world_size != devices_per_node * num_nodes:
+            raise ConfigurationError(
+                f"devices x num_nodes = {devices_per_node} x {num_nodes} = {devices_per_node * num_nodes} "
+                f"processes were requested, but jsrun started JSM_NAMESPACE_SIZE={world_size} tasks. Make them "
+                f"agree, for example jsrun --nrs {num_nodes} --tasks_per_rs {devices_per_node}."
+            )
+
+    @hookimpl
+    def environment_teardown(self) -> None:
+        for name, previous in self._saved_variables.items():
+            if previous is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = previous
+        self._saved_variables.clear()
+
+    def _export(self, name: str, value: str) -> None:
+        if name not in self._saved_variables:
+            self._saved_variables[name] = os.environ.get(name)
+        os.environ[name] = value

@@ -1,0 +1,132 @@
+"""What each MPI launcher tells its processes, read without initialising MPI.
+
+=========  ========================  ========================  ============================  ==========================
+flavour    world size                global rank               local rank / local size       job identifier
+=========  ========================  ========================  ============================  ==========================
+Open MPI   OMPI_COMM_WORLD_SIZE      OMPI_COMM_WORLD_RANK      OMPI_COMM_WORLD_LOCAL_RANK /  OMPI_MCA_ess_base_jobid,
+                                                               OMPI_COMM_WORLD_LOCAL_SIZE    PMIX_NAMESPACE
+MVAPICH2   MV2_COMM_WORLD_SIZE       MV2_COMM_WORLD_RANK       MV2_COMM_WORLD_LOCAL_RANK /   MPIRUN_ID
+                                                               MV2_COMM_WORLD_LOCAL_SIZE
+MPICH      PMI_SIZE                  PMI_RANK                  MPI_LOCALRANKID /             PMI_KVSNAME, PMI_JOBID
+(Hydra),                                                       MPI_LOCALNRANKS
+Intel MPI
+=========  ========================  ========================  ============================  ==========================
+
+The node rank is ``global_rank // local_size``: launchers place ranks node by node by default (Open MPI's
+``--map-by slot``/``core``, Hydra's block placement), and ranks must be laid out so for DDP anyway. Open MPI's
+``OMPI_COMM_WORLD_NODE_RANK`` is not a node index (it is the rank among this node's processes of all jobs).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Mapping
+from typing import Final
+
+import attrs
+
+from core import ConfigurationError
+
+
+@attrs.frozen
+class Flavour:
+    """The variable names of one MPI implementation."""
+
+    name: str
+    size: str
+    rank: str
+    local_rank: str
+    local_size: str
+    job_ids: tuple[str, ...]
+
+
+FLAVOURS: Final = (
+    Flavour("Open MPI", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE", ("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE")),
+    Flavour("MVAPICH2", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+            "MV2_COMM_WORLD_LOCAL_SIZE", ("MPIRUN_ID",)),
+    Flavour("MPICH", "PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", ("PMI_KVSNAME", "PMI_JOBID")),
+)
+"""Checked in this order: MVAPICH2 and Open MPI also set PMI_* in some builds, never the reverse."""
+
+PORT_BASE: Final = 20000
+PORT_SPAN: Final = 10000
+
+
+@attrs.frozen
+class MPIRanks:
+    """One process's place in the MPI job."""
+
+    flavour: str
+    world_size: int
+    global_rank: int
+    local_rank: int
+    local_size: int
+    job_id: str | None
+
+    @property
+    def node_rank(self) -> int:
+        return self.global_rank // self.local_size
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.world_size // self.local_size)
+
+
+def _int(environ: Mapping[str, str], name: str, flavour: str) -> int:
+    raw = environ.get(name, "")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"The {flavour} variable {name}={raw!r} is not a whole number; mpirun sets it to one."
+        ) from None
+
+
+def detect_flavour(environ: Mapping[str, str] | None = None) -> Flavour | None:
+    """The MPI implementation that started this process, from its world-size variable, or ``None``."""
+    environ = os.environ if environ is None else environ
+    return next((flavour for flavour in FLAVOURS if environ.get(flavour.size)), None)
+
+
+def read_ranks(environ: Mapping[str, str] | None = None) -> MPIRanks:
+    """This process's ranks; :class:`core.ConfigurationError` when no MPI launcher started it."""
+    environ = os.environ if environ is None else environ
+    flavour = detect_flavour(environ)
+    if flavour is None:
+        names = ", ".join(f.size for f in FLAVOURS)
+        raise ConfigurationError(
+            f"None of {names} is set, so no MPI launcher started this process. Start it with "
+            f"`mpirun -n N python script.py`, or pick another environment."
+        )
+    world_size = _int(environ, flavour.size, flavour.name)
+    global_rank = _int(environ, flavour.rank, flavour.name)
+    if flavour.local_rank in environ and flavour.local_size in environ:
+        local_rank = _int(environ, flavour.local_rank, flavour.name)
+        local_size = _int(environ, flavour.local_size, flavour.name)
+    else:
+        # A launcher that says nothing about nodes: one node (the common Hydra case without MPI_LOCALRANKID).
+        local_rank, local_size = global_rank, world_size
+    job_id = next((environ[name] for name in flavour.job_ids if environ.get(name)), None)
+    if not (0 <= global_rank < world_size and 0 <= local_rank < local_size <= world_size):
+        raise ConfigurationError(
+            f"Inconsistent {flavour.name} ranks: {flavour.rank}={global_rank}, {flavour.size}={world_size}, "
+            f"{flavour.local_rank}={local_rank}, {flavour.local_size}={local_size}."
+        )
+    return MPIRanks(flavour.name, world_size, global_rank, local_rank, local_size, job_id)
+
+
+def rendezvous_port(job_id: str) -> int:
+    """A port every rank derives from the job identifier alone: ``20000 + crc32(job id) % 10000``."""
+    return PORT_BASE + zlib.crc32(job_id.encode()) % PORT_SPAN
+
+
+def hnp_address(environ: Mapping[str, str]) -> str | None:
+    """The first TCP address of Open MPI's ``mpirun`` (``OMPI_MCA_orte_hnp_uri="id;tcp://10.1.2.3:4567;..."``)."""
+    uri = environ.get("OMPI_MCA_orte_hnp_uri", "")
+    for part in uri.split(";"):
+        if part.startswith("tcp://"):
+            host = part[len("tcp://"):].rsplit(":", 1)[0]
+            return host or None
+    return None

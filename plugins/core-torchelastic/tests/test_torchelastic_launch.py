@@ -1,0 +1,79 @@
+"""The torchelastic environment under real torchrun: one node, and two nodes on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PROBE = Path(__file__).resolve().parents[2] / "core-slurm" / "tests" / "environment_probe.py"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def clean_env() -> dict[str, str]:
+    prefixes = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MASTER_", "TORCHELASTIC_", "LSB_", "JSM_")
+    return {name: value for name, value in os.environ.items() if not name.startswith(prefixes)}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def reports(*outputs: str) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for output in outputs for line in output.splitlines() if line.startswith("{")]
+    return sorted(lines, key=lambda report: report.get("global_rank", -1))
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_torchrun_two_workers_on_one_node() -> None:
+    result = subprocess.run(
+        [*TORCHRUN, "--standalone", "--nproc-per-node", "2", str(PROBE), "2", "1"],
+        env=clean_env(), capture_output=True, text=True, timeout=100,
+    )
+    found = reports(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [r["environment"] for r in found] == ["torchelastic", "torchelastic"]
+    assert [(r["global_rank"], r["local_rank"], r["node_rank"], r["world_size"]) for r in found] == [
+        (0, 0, 0, 2), (1, 1, 0, 2),
+    ]
+    assert len({(r["main_address"], r["main_port"]) for r in found}) == 1
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_torchrun_two_nodes_on_one_machine() -> None:
+    port = free_port()
+    nodes = [
+        subprocess.Popen(
+            [*TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+             "--master-addr", "127.0.0.1", "--master-port", str(port), str(PROBE), "1", "2"],
+            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for node in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=100) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    found = reports(*(out for out, _ in outputs))
+    assert [r["environment"] for r in found] == ["torchelastic", "torchelastic"]
+    assert [(r["global_rank"], r["local_rank"], r["node_rank"], r["world_size"]) for r in found] == [
+        (0, 0, 0, 2), (1, 0, 1, 2),
+    ]
+    assert {(r["main_address"], r["main_port"]) for r in found} == {("127.0.0.1", port)}
+
+
+@pytest.mark.timeout(120)
+def test_plugins_check_says_torchelastic_under_torchrun() -> None:
+    result = subprocess.run(
+        [*TORCHRUN, "--standalone", "--nproc-per-node", "1", "-m", "core.plugins", "--check"],
+        env=clean_env(), capture_output=True, text=True, timeout=100,
+    )
+    assert "environment detected here:     torchelastic (core-torchelastic)" in result.stdout, result.stderr
