@@ -210,7 +210,8 @@ def abort(supervisor: Supervisor, found: Sequence[Failure]) -> None:
         while True:
             time.sleep(1)
     stopped = supervisor.stop()
-    print(supervisor.report(found, stopped), file=sys.stderr, flush=True)
+    # The real stderr: an exception hook (torch.distributed's) may have redirected sys.stderr to a buffer.
+    print(supervisor.report(found, stopped), file=sys.__stderr__ or sys.stderr, flush=True)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     os._exit(1)

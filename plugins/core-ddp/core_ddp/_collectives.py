@@ -24,6 +24,27 @@ _REDUCE_OPS: Final = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max"
 _WIDENED: Final = (torch.bfloat16, torch.float16, torch.bool)
 
 
+def _gather(tensor: torch.Tensor, group: Any | None) -> torch.Tensor:
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, tensor, group=group)
+    return torch.stack(parts)
+
+
+class _GatherWithGradients(torch.autograd.Function):
+    """All-gather whose backward sums the gradients of every rank's copy and returns this rank's share."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, group: Any | None) -> torch.Tensor:
+        ctx.group = group
+        return _gather(tensor, group)
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor, None]:
+        gradient = grad_outputs[0].contiguous()
+        dist.all_reduce(gradient, op=dist.ReduceOp.SUM, group=ctx.group)
+        return gradient[dist.get_rank(ctx.group)], None
+
+
 class Communicator:
     """The collectives of one rank: knows its rank and timeout for the errors it raises."""
 
@@ -66,14 +87,11 @@ class Communicator:
     def all_gather(self, tensor: torch.Tensor, group: Any | None, sync_grads: bool) -> torch.Tensor:
         """Shape ``(world_size, *tensor.shape)``; with ``sync_grads`` gradients flow back to each rank."""
         tensor = tensor.contiguous()
-        if sync_grads:
-            from torch.distributed.nn.functional import all_gather as differentiable_all_gather
-
-            gathered = self.call("all_gather", differentiable_all_gather, tensor, group=group or dist.group.WORLD)
-            return torch.stack(list(gathered))
-        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
-        self.call("all_gather", dist.all_gather, parts, tensor, group=group)
-        return torch.stack(parts)
+        with self.guard("all_gather"):
+            if sync_grads:
+                gathered: torch.Tensor = _GatherWithGradients.apply(tensor, group)
+                return gathered
+            return _gather(tensor, group)
 
     def broadcast(self, obj: Any, src: int, device: torch.device | None) -> Any:
         """Any picklable object (tensors included, whatever their shape on the receivers) from ``src``."""

@@ -41,6 +41,10 @@ from core_ddp._errors import ProcessFailedError, is_peer_lost
 
 PREFIX: Final = "core-ddp"
 
+# A rank that sees a peer's connection drop may see it a moment before the peer's exit is visible to
+# waitpid; it waits this long for the peer's failure before taking the blame itself.
+PEER_EXIT_GRACE: Final = 0.5
+
 # The exception being handled when each running rank function started (usually None). While a rank
 # function runs, a different exception in flight means it is failing: the strategy's teardown then leaves
 # the cleanup to the guard, which must stop the other ranks before any connection closes.
@@ -48,6 +52,9 @@ _outer_exceptions: list[BaseException | None] = []
 
 # The local ranks this process started (``popen``), so that any failure of this rank stops them.
 _children: Supervisor | None = None
+
+# The last failure handled here, so that the exception hook does not handle it a second time.
+_handled: BaseException | None = None
 
 
 @attrs.frozen
@@ -108,12 +115,33 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+def _without_launcher_frames(error: BaseException) -> BaseException:
+    """Drop the leading frames of this module from the traceback a supervisor will show."""
+    frames = error.__traceback__
+    while frames is not None and frames.tb_frame.f_globals.get("__name__") == __name__:
+        frames = frames.tb_next
+    return error.with_traceback(frames) if frames is not None else error
+
+
+def _failures_within(children: Supervisor, grace: float) -> list[Failure]:
+    deadline = time.monotonic() + grace
+    found = children.failures()
+    while not found and time.monotonic() < deadline:
+        time.sleep(0.01)
+        found = children.failures()
+    return found
+
+
 def _fail_rank(error: BaseException, global_rank: int, world_size: int, children: Supervisor | None) -> None:
     """Handle ``error`` escaping the rank function; returns only if the caller should re-raise it."""
+    global _handled
+    if error is _handled:
+        return
+    _handled = error
     secondary = is_peer_lost(error)
     if children is not None:
         # This process launched the other local ranks: it must stop them, and blame the right rank.
-        found = children.failures()
+        found = _failures_within(children, PEER_EXIT_GRACE if secondary else 0.0)
         if secondary and found:
             mine = Failure(global_rank, 0, os.getpid(), 1, None, secondary=True)
             abort(children, [*found, mine])
@@ -127,10 +155,25 @@ def _fail_rank(error: BaseException, global_rank: int, world_size: int, children
         return
     if supervised():
         # A launcher collects this failure and stops the job; exit before closing any connection cleanly.
-        write_failure(error, global_rank, secondary)
+        write_failure(_without_launcher_frames(error), global_rank, secondary)
         _exit_now(1)
     _destroy_process_group()
     _add_note(error, f"{PREFIX}: raised on global rank {global_rank} of {world_size}.")
+
+
+def install_exception_hook(global_rank: int, world_size: int) -> None:
+    """Treat an exception that ends the script after ``launch()`` returned like one escaping the function.
+
+    ``lite.launch()`` without a function lets the script go on; an exception there reaches the interpreter
+    (which calls ``sys.excepthook`` before any ``atexit`` teardown could wait for ranks that are not coming).
+    """
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], error: BaseException, frames: Any) -> None:
+        _fail_rank(error, global_rank, world_size, _children)
+        previous(kind, error, frames)
+
+    sys.excepthook = hook
 
 
 def run_rank(

@@ -23,6 +23,10 @@ START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 INTERACTIVE_START_METHODS: Final = ("fork",)
 
 
+def _unbound(**_: Any) -> Any:
+    raise ConfigurationError("The DDP strategy ran backward before strategy_setup_environment; use Lite.launch.")
+
+
 def _as_timedelta(timeout: timedelta | float) -> timedelta:
     value = timeout if isinstance(timeout, timedelta) else timedelta(seconds=float(timeout))
     if value.total_seconds() <= 0:
@@ -85,6 +89,7 @@ class DDPStrategy(SingleDeviceStrategy):
         self.sync_batchnorm = sync_batchnorm
         self.alias = name or ("ddp" if start_method == "popen" else f"ddp_{start_method}")
         self._communicator: Communicator | None = None
+        self._precision_backward: Callable[..., Any] = _unbound
 
     @property  # type: ignore[override]
     def name(self) -> str:
@@ -114,6 +119,7 @@ class DDPStrategy(SingleDeviceStrategy):
         cluster = active.cluster
         if active.hook.environment_creates_processes_externally():
             _launchers.start_supervised_child()
+            _launchers.install_exception_hook(cluster.global_rank, cluster.world_size)
             return _launchers.run_rank(function, args, kwargs, cluster.global_rank, cluster.world_size)
         self._refuse_interactive()
         layout = _launchers.Layout(
@@ -126,6 +132,7 @@ class DDPStrategy(SingleDeviceStrategy):
         if self.start_method != "popen":
             return _launchers.start_processes(function, args, kwargs, layout, self.start_method)
         _launchers.start_script_children(layout)
+        _launchers.install_exception_hook(layout.global_rank(0), layout.world_size)
         return _launchers.run_rank(function, args, kwargs, layout.global_rank(0), layout.world_size)
 
     def _refuse_interactive(self) -> None:
@@ -143,6 +150,7 @@ class DDPStrategy(SingleDeviceStrategy):
 
     @hookimpl
     def strategy_setup_environment(self) -> None:
+        self._precision_backward = self.active.bind("precision_backward")
         cluster = self.active.cluster
         self._communicator = Communicator(cluster.global_rank, self.timeout)
         if dist.is_initialized():
@@ -202,7 +210,9 @@ class DDPStrategy(SingleDeviceStrategy):
     @hookimpl
     def strategy_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> bool | None:
         with self.communicator.guard("all_reduce of the gradients (backward)"):
-            return self.active.hook.precision_backward(tensor=tensor, module=module)  # type: ignore[no-any-return]
+            if self._precision_backward(tensor=tensor, module=module) is None:
+                tensor.backward()  # no precision implements it: plain PyTorch
+        return True
 
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:

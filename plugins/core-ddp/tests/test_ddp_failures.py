@@ -1,0 +1,138 @@
+"""When a rank fails, the whole job is gone within 3 seconds, says which rank failed and why, and leaves
+no process behind. Each test plants one failure in a real 2-process job and watches the process table."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.distributed]
+
+TEARDOWN_BUDGET = 3.0  # seconds from the failure until the last process of the job is gone
+
+
+def failed_at(directory: Path) -> float:
+    return float((directory / "failed_at").read_text())
+
+
+def check_teardown(finished, directory: Path) -> float:  # type: ignore[no-untyped-def]
+    assert finished.leftovers == [], f"processes left behind: {finished.leftovers}\n{finished.output}"
+    elapsed = finished.gone_at - failed_at(directory)
+    assert elapsed < TEARDOWN_BUDGET, f"the job took {elapsed:.2f} s to go away\n{finished.output}"
+    print(f"teardown took {elapsed:.3f} s")
+    return elapsed
+
+
+def job(jobs, strategy: str, fail: str, rank: int, *extra: str) -> list[str]:  # type: ignore[no-untyped-def]
+    return jobs.script(
+        "ddp_job.py", "--strategy", strategy, "--steps", "30", "--fail", fail, "--fail-rank", str(rank),
+        "--fail-step", "10", *extra,
+    )
+
+
+@pytest.mark.timeout(60)
+def test_a_child_rank_that_raises_stops_the_job_with_its_traceback(jobs, tmp_path: Path) -> None:
+    finished = jobs.run(job(jobs, "ddp", "raise", 1))
+    check_teardown(finished, tmp_path)
+    assert finished.returncode == 1
+    assert "global rank 1 (local rank 1" in finished.stderr
+    assert "exited with code 1; the job is stopped" in finished.stderr
+    assert "traceback of global rank 1" in finished.stderr
+    assert "RuntimeError: planned failure on rank 1 at step 10" in finished.stderr
+    assert "RESULT" not in finished.stdout
+
+
+@pytest.mark.timeout(60)
+def test_a_child_rank_killed_by_sigkill_stops_the_job(jobs, tmp_path: Path) -> None:
+    finished = jobs.run(job(jobs, "ddp", "kill", 1))
+    check_teardown(finished, tmp_path)
+    assert finished.returncode == 1
+    assert "global rank 1 (local rank 1" in finished.stderr
+    assert "was killed by signal SIGKILL (9)" in finished.stderr
+
+
+@pytest.mark.timeout(60)
+def test_the_launching_rank_that_raises_stops_its_children(jobs, tmp_path: Path) -> None:
+    finished = jobs.run(job(jobs, "ddp", "raise", 0))
+    check_teardown(finished, tmp_path)
+    assert finished.returncode == 1
+    assert "RuntimeError: planned failure on rank 0 at step 10" in finished.stderr
+    assert "core-ddp: global rank 0 of 2 failed with the error above; stopped global rank(s) [1]" in finished.stderr
+
+
+@pytest.mark.timeout(60)
+def test_the_launching_rank_killed_by_sigkill_takes_its_children_along(jobs, tmp_path: Path) -> None:
+    finished = jobs.run(job(jobs, "ddp", "kill", 0))
+    check_teardown(finished, tmp_path)
+    assert finished.returncode == -signal.SIGKILL
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_stops_participating_fails_the_job_after_the_timeout(jobs, tmp_path: Path) -> None:
+    finished = jobs.run(job(jobs, "ddp", "sleep", 1, "--timeout", "5"))
+    waited = finished.gone_at - failed_at(tmp_path)
+    assert 4.5 < waited < 5 + TEARDOWN_BUDGET, finished.output
+    assert finished.leftovers == []
+    assert finished.returncode == 1
+    assert "CollectiveTimeoutError: The collective 'all_reduce' on global rank 0 did not complete within " \
+           "the strategy's timeout of 5 s" in finished.stderr
+    assert "stopped global rank(s) [1]" in finished.stderr
+
+
+@pytest.mark.timeout(60)
+def test_an_exception_after_launch_without_a_function_stops_the_job(jobs, tmp_path: Path) -> None:
+    finished = jobs.run(job(jobs, "ddp", "raise", 1, "--no-function"))
+    check_teardown(finished, tmp_path)
+    assert finished.returncode == 1
+    assert "RuntimeError: planned failure on rank 1 at step 10" in finished.stderr
+
+
+@pytest.mark.timeout(60)
+def test_core_run_stops_every_rank_when_one_raises(jobs, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "core.run", "--accelerator", "cpu", "--strategy", "ddp", "--devices", "2",
+               *job(jobs, "ddp", "raise", 1)[1:]]
+    finished = jobs.run(command)
+    check_teardown(finished, tmp_path)
+    assert finished.returncode == 1
+    assert "core.run: global rank 1 (local rank 1" in finished.stderr
+    assert "RuntimeError: planned failure on rank 1 at step 10" in finished.stderr
+
+
+@pytest.mark.timeout(60)
+def test_core_run_reports_a_rank_killed_by_a_signal(jobs, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "core.run", "--accelerator", "cpu", "--strategy", "ddp", "--devices", "2",
+               *job(jobs, "ddp", "kill", 0)[1:]]
+    finished = jobs.run(command)
+    check_teardown(finished, tmp_path)
+    assert finished.returncode == 1
+    assert "core.run: global rank 0 (local rank 0" in finished.stderr
+    assert "was killed by signal SIGKILL (9)" in finished.stderr
+
+
+@pytest.mark.timeout(60)
+def test_workers_of_a_killed_core_run_launcher_do_not_survive_it(jobs, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "core.run", "--accelerator", "cpu", "--strategy", "ddp", "--devices", "2",
+               *jobs.script("ddp_job.py", "--steps", "100000")[1:]]
+    running = jobs.start(command)
+    deadline = time.monotonic() + 40
+    while not all((tmp_path / f"ready-{rank}").exists() for rank in (0, 1)):
+        assert time.monotonic() < deadline and running.process.poll() is None, "the workers never started"
+        time.sleep(0.05)
+    (tmp_path / "failed_at").write_text(repr(time.time()))
+    os.kill(running.process.pid, signal.SIGKILL)
+    finished = running.finish(timeout=30)
+    check_teardown(finished, tmp_path)
+
+
+@pytest.mark.timeout(60)
+def test_ddp_spawn_raises_in_the_caller_naming_the_failed_rank(jobs, tmp_path: Path) -> None:
+    finished = jobs.run(job(jobs, "ddp_spawn", "raise", 1))
+    check_teardown(finished, tmp_path)
+    assert finished.returncode == 1
+    assert "core_ddp._errors.ProcessFailedError: core-ddp: global rank 1 (local rank 1" in finished.stderr
+    assert "RuntimeError: planned failure on rank 1 at step 10" in finished.stderr
