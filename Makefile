@@ -37,7 +37,8 @@ test: lint typecheck unit
 demo: setup
 	$(PY) -m core.plugins
 	@echo
-	$(PY) examples/resolve_demo.py
+	# The main job: the digits network trained by Lite on 2 processes over gloo (ddp from core-ddp).
+	OMP_NUM_THREADS=1 $(PY) examples/digits.py --accelerator cpu --strategy ddp --devices 2 --precision 32-true
 
 bench: setup
 	$(PY) -m bench
