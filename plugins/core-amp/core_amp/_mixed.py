@@ -10,6 +10,7 @@ accelerator has connected one.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -196,12 +197,29 @@ def bfloat_mixed() -> MixedPrecision:
     return MixedPrecision("bf16-mixed", torch.bfloat16, BFLOAT_MIXED_SUPPORTS)
 
 
+def _stacklevel_of_caller() -> int:
+    """The ``stacklevel`` of the first frame outside core, its plugins and pluggy: the user's call.
+
+    Python shows a DeprecationWarning by default only when it is attributed to ``__main__``, so the
+    warning must point at the user's ``resolve(...)`` / ``Lite(...)`` line, not at the loader.
+    """
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if not (module == "core" or module.startswith(("core.", "core_", "pluggy", "importlib"))):
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
 def _legacy(spelling: str, canonical: str) -> None:
     warnings.warn(
         f"precision={spelling} is a legacy spelling of {canonical!r} kept for Lightning users; pass "
         f"precision={canonical!r} instead.",
         CoreDeprecationWarning,
-        stacklevel=3,
+        stacklevel=_stacklevel_of_caller(),
     )
 
 

@@ -7,6 +7,8 @@ the forward, the precision's backward and optimizer step, its state dict.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -285,3 +287,13 @@ def test_the_device_type_is_validated_once_not_on_every_forward(monkeypatch: pyt
     with pytest.raises(core.ConfigurationError):
         active.hook.precision_autocast()
     assert asked == ["meta"]
+
+
+def test_the_legacy_warning_points_at_the_users_line_and_is_shown_by_default(tmp_path: Path) -> None:
+    """Python hides DeprecationWarnings unless attributed to __main__: the warning must name the user's call."""
+    script = tmp_path / "train.py"
+    script.write_text("import core\n\nactive = core.resolve(accelerator='cpu', precision=16)\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    expected = f"{script}:3: CoreDeprecationWarning: precision=16 (or '16') is a legacy spelling of '16-mixed'"
+    assert expected in result.stderr
