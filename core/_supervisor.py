@@ -57,7 +57,7 @@ class Worker:
         """``None`` while running; negative for a signal, as ``Popen.returncode``."""
         if isinstance(self.handle, subprocess.Popen):
             return self.handle.poll()
-        return self.handle.exitcode  # type: ignore[no-any-return]
+        return self.handle.exitcode
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -100,9 +100,8 @@ class Failure:
 def read_failure(worker: Worker, exit_code: int) -> Failure:
     """The failure of an exited worker, with the traceback it wrote if it wrote one."""
     details: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        with open(worker.error_file, encoding="utf-8") as file:
-            details = json.load(file)
+    with contextlib.suppress(OSError, ValueError), open(worker.error_file, encoding="utf-8") as file:
+        details = json.load(file)
     return Failure(
         global_rank=worker.global_rank,
         local_rank=worker.local_rank,
@@ -267,9 +266,8 @@ def write_failure(error: BaseException, global_rank: int, secondary: bool) -> No
     if not path:
         return
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    with contextlib.suppress(OSError):
-        with open(path, "w", encoding="utf-8") as file:
-            json.dump({"global_rank": global_rank, "traceback": text, "secondary": secondary}, file)
+    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as file:
+        json.dump({"global_rank": global_rank, "traceback": text, "secondary": secondary}, file)
 
 
 def watch_parent(poll_interval: float = 0.1) -> threading.Thread | None:

@@ -91,9 +91,14 @@ class DDPStrategy(SingleDeviceStrategy):
         self._communicator: Communicator | None = None
         self._precision_backward: Callable[..., Any] = _unbound
 
-    @property  # type: ignore[override]
+    @property
     def name(self) -> str:
+        """The alias this object answers to (``ddp``, ``ddp_spawn``, ``ddp_notebook``, ...)."""
         return self.alias
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.alias = value
 
     def __repr__(self) -> str:
         return (

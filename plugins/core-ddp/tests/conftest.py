@@ -7,6 +7,7 @@ last one is gone, and that none is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -84,10 +85,8 @@ class Running:
 
     def kill_all(self) -> None:
         for pid in self.processes():
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, 9)
-            except OSError:
-                pass
 
 
 class Jobs:

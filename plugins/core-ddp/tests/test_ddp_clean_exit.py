@@ -1,0 +1,28 @@
+"""A finished job tears down in order (barrier, then destroy the process group), so no process aborts at exit.
+
+The launching process is rank 0 and waits for its child rank at exit; a child that exits non-zero (or aborts
+with -6, as gloo does when a process group is left alive) makes the launcher exit 1. So one status of 0 per run
+means every process of the run exited 0.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.distributed]
+
+RUNS = 20
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_twenty_two_process_runs_all_exit_zero(jobs) -> None:  # type: ignore[no-untyped-def]
+    statuses = []
+    for _ in range(RUNS):
+        finished = jobs.run(jobs.script("ddp_job.py", "--strategy", "ddp", "--steps", "1"), timeout=60)
+        statuses.append(finished.returncode)
+        assert "terminate called" not in finished.stderr, finished.stderr
+        assert "Traceback" not in finished.stderr, finished.stderr
+        assert finished.stdout.count("RESULT") == 2, finished.output
+        assert finished.leftovers == []
+    assert statuses == [0] * RUNS
