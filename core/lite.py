@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import copy
 import functools
 import os
 import warnings
@@ -82,6 +83,18 @@ def _as_plugin_list(plugins: object) -> list[object] | None:
     if isinstance(plugins, (list, tuple)):
         return list(plugins)
     return [plugins]
+
+
+def _snapshot(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings as they are before resolution, for a process that resolves them again after pickling.
+
+    Plugin objects passed in code are copied first: once attached to a run they hold its active set, which
+    does not pickle.
+    """
+    try:
+        return copy.deepcopy(settings)
+    except Exception:  # an object that cannot be copied is sent as it is; pickling may then refuse it
+        return dict(settings)
 
 
 class _Task:
@@ -164,7 +177,7 @@ class Lite:
             "plugins": _as_plugin_list(plugins),
         }
         _apply_shorthands(settings, {"gpus": gpus, "tpu_cores": tpu_cores})
-        self._settings = settings
+        self._settings = _snapshot(settings)
         self._phase = _NEW
         self._attach(resolve(**settings))
 
