@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import PROBE, mpirun
+from mpirunner import PROBE, mpirun
 
 
 def reports(output: str) -> list[dict[str, Any]]:
@@ -50,13 +50,17 @@ def test_each_mpirun_gets_its_own_port_unless_master_port_is_set() -> None:
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_mpirun_with_the_wrong_device_count_names_both_numbers() -> None:
-    result = mpirun(2, [sys.executable, str(PROBE), "1", "1"])
-    assert result.returncode != 0
-    errors = {r["error"] for r in reports(result.stdout)}
-    assert errors == {
-        "ConfigurationError: devices=1 per node was requested, but Open MPI started 2 processes on this node. "
+    # The environment's own hook, without resolving a run (no torch import: a quick launch).
+    snippet = (
+        "from core import CoreError; from core_mpi import MPIEnvironment\n"
+        "try: MPIEnvironment().environment_validate_settings(devices_per_node=1, num_nodes=1)\n"
+        "except CoreError as error: print(error)"
+    )
+    result = mpirun(2, [sys.executable, "-c", snippet])
+    assert result.stdout.splitlines() == [
+        "devices=1 per node was requested, but Open MPI started 2 processes on this node. "
         "Make them agree: devices=2, or mpirun --npernode 1."
-    }
+    ] * 2
 
 
 @pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""A private SLURM cluster for the tests: munged, slurmctld and slurmd on loopback, started once per session.
+"""A private SLURM cluster for the tests (conftest.py's ``slurm_cluster``): munged, slurmctld, slurmd on loopback.
 
 Everything lives in a temporary directory: ``slurm.conf`` (``SlurmctldHost=localhost(127.0.0.1)``, free
 ports picked now, one node ``localhost`` with 4 CPUs on this 2-core machine, oversubscription allowed),
@@ -237,9 +237,9 @@ class SlurmCluster:
         return dict(re.findall(r"(\w+)=(\S*)", result.stdout)) if result.returncode == 0 else {}
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[SlurmCluster]:
-    """The private cluster, started at first use and stopped at the end of the session."""
+@contextlib.contextmanager
+def private_cluster() -> Iterator[SlurmCluster]:
+    """Start the private cluster; stop it and remove its directory on exit."""
     require_binaries(SLURM_BINARIES, "scripts/system-deps.sh (apt-get install slurm-wlm munge)")
     root = Path(tempfile.mkdtemp(prefix="core-slurm-"))
     root.chmod(0o755)  # munged wants the socket's directory searchable by everyone
@@ -252,9 +252,11 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
         pytest.fail(f"the private SLURM cluster did not start:\n{logs}")
-    yield cluster
-    cluster.stop()
-    if os.environ.get("CORE_KEEP_SLURM_DIR"):
-        print(f"SLURM test cluster kept in {root}", file=sys.stderr)
-    else:
-        shutil.rmtree(root, ignore_errors=True)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        if os.environ.get("CORE_KEEP_SLURM_DIR"):
+            print(f"SLURM test cluster kept in {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)

@@ -207,7 +207,7 @@ def test_a_run_installs_the_requeue_handler_and_teardown_removes_it(monkeypatch:
     before = signal.getsignal(signal.SIGUSR1)
     environment = SLURMEnvironment()
     active = core.resolve(accelerator="cpu", strategy="single_device", devices=1, plugins=[environment])
-    assert active.environment is environment
+    assert active.config.environment == "slurm" and active.plugins["environment"] is environment
     assert environment.requeue_handler is not None and environment.requeue_handler.installed
     assert signal.getsignal(signal.SIGUSR1) != before
     active.hook.environment_teardown()

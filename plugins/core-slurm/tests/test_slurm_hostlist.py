@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from conftest import SlurmCluster
 from core_slurm import expand_hostlist, first_host
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from slurm_cluster import SlurmCluster
 
 from core import ConfigurationError
 
@@ -85,7 +85,7 @@ def render(spans_: list[Span], with_range: list[bool]) -> str:
 
 
 def numbers(spans_: list[Span], with_range: list[bool]) -> list[str]:
-    out = []
+    out: list[str] = []
     for (low, high, width), as_range in zip(spans_, with_range, strict=True):
         top = high if as_range and high > low else low
         out.extend(f"{n:0{width}d}" for n in range(low, top + 1))

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SlurmCluster, wait_until
+from slurm_cluster import SlurmCluster, wait_until
 
 PROBE = Path(__file__).with_name("requeue_probe.py")
 

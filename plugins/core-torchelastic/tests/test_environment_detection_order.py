@@ -52,8 +52,10 @@ def test_priorities_encode_the_documented_order() -> None:
 
     from core.builtin.environments import LocalEnvironment
 
-    ordered = [TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment, LocalEnvironment]
-    priorities = [environment.priority for environment in ordered]
+    priorities = [
+        TorchElasticEnvironment.priority, SLURMEnvironment.priority, LSFEnvironment.priority,
+        MPIEnvironment.priority, LocalEnvironment.priority,
+    ]
     assert priorities == sorted(priorities, reverse=True) and priorities[-1] == -1000
     assert KubeflowEnvironment().environment_detect() is None
 

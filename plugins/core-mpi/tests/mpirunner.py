@@ -1,4 +1,4 @@
-"""Running commands under a real ``mpirun`` (Debian's openmpi-bin, installed by scripts/system-deps.sh)."""
+"""Helpers of the core-mpi tests: commands under a real ``mpirun`` (openmpi-bin, from scripts/system-deps.sh)."""
 
 from __future__ import annotations
 
