@@ -259,10 +259,14 @@ def _check_num_nodes(num_nodes: object) -> int:
     return num_nodes
 
 
-def _auto_strategy(world_size: int) -> str:
+def _auto_strategy(world_size: int, accelerator: Selection) -> str:
+    """Lightning's rule, unless the accelerator declares its own (``auto_strategies``, e.g. TPUs use xla)."""
+    declared = getattr(accelerator.plugin, "auto_strategies", None) or {}
     if world_size == 1:
-        return "single_device"
-    return "ddp_notebook" if is_interactive() else "ddp"
+        return str(declared.get("single", "single_device"))
+    if is_interactive():
+        return str(declared.get("interactive", "ddp_notebook"))
+    return str(declared.get("multi", "ddp"))
 
 
 def _auto_selection(catalog: Catalog, kind: str, alias: str, because: str) -> Selection:
@@ -319,7 +323,7 @@ def resolve(
     world_size = len(device_ids) * nodes
 
     chosen_strategy = _choose(catalog, "strategy", strategy, from_plugins) or _auto_selection(
-        catalog, "strategy", _auto_strategy(world_size), f"devices={devices!r} x num_nodes={nodes}"
+        catalog, "strategy", _auto_strategy(world_size, chosen_accelerator), f"devices={devices!r} x num_nodes={nodes}"
     )
     chosen_precision = _choose(catalog, "precision", _normalise_precision(precision), from_plugins) or _from_alias(
         catalog, "precision", DEFAULTS["precision"]

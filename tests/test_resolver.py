@@ -318,3 +318,17 @@ def test_any_combination_resolves_or_raises_a_core_error(
         return
     assert active.config.world_size >= 1
     assert active.config.accelerator and active.config.strategy and active.config.precision
+
+
+def test_accelerator_can_declare_its_auto_strategies(installed: Installer) -> None:
+    from core.builtin.accelerators import CPUAccelerator
+
+    _strategy(installed, "core-fake-xla", "fake_xla", "fake_xla")
+
+    class XlaLike(CPUAccelerator):
+        name = "xla_like"  # type: ignore[misc]
+        auto_strategies = {"single": "single_device", "multi": "fake_xla"}
+
+    catalog = only_from("core-fake-xla")
+    assert core.resolve(accelerator=XlaLike(), devices=2, catalog=catalog).config.strategy == "fake_xla"
+    assert core.resolve(accelerator=XlaLike(), devices=1, catalog=catalog).config.strategy == "single_device"

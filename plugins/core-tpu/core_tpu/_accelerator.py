@@ -28,6 +28,8 @@ class TPUAccelerator:
     kind: Final = "accelerator"
     name: Final = "tpu"
     priority: Final = 30  # accelerator="auto" asks tpu first, then cuda (20), mps (10) and cpu (0)
+    # strategy="auto" on TPUs: XLA's own strategies, never the DDP family.
+    auto_strategies: Final = {"single": "single_xla", "multi": "xla", "interactive": "xla"}
     supports: Final = TPU_SUPPORTS
 
     def unavailable_reason(self) -> str | None:
