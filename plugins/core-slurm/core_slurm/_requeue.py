@@ -89,7 +89,13 @@ class RequeueHandler:
                 stacklevel=3,
             )
             return False
-        self._previous = signal.signal(self.signum, self._on_signal)
+        previous = signal.getsignal(self.signum)
+        owner = getattr(previous, "__self__", None)
+        if isinstance(owner, RequeueHandler):
+            # An earlier run in this process was not torn down: replace its handler rather than requeue twice.
+            previous, owner._installed = owner._previous, False
+        signal.signal(self.signum, self._on_signal)
+        self._previous = previous
         self._installed = True
         return True
 

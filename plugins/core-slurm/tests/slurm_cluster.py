@@ -70,7 +70,7 @@ SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 SlurmUser={user}
-SlurmdUser=root
+SlurmdUser={user}
 AuthType=auth/munge
 AuthInfo=socket={root}/munge/munge.socket
 CredType=cred/munge

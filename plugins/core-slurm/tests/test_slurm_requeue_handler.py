@@ -138,3 +138,18 @@ def test_the_environment_passes_the_callback_to_its_handler(
     assert scontrol_log.read_text() == "requeue 4242\n"
     environment.environment_teardown()
     assert signal.getsignal(signal.SIGUSR1) != handler._on_signal
+
+
+def test_a_second_handler_replaces_a_forgotten_one_instead_of_requeuing_twice(scontrol_log: Path) -> None:
+    before = signal.getsignal(signal.SIGUSR1)
+    forgotten, current = RequeueHandler(global_rank=0), RequeueHandler(global_rank=0)
+    saves: list[str] = []
+    forgotten.callback, current.callback = (lambda: saves.append("forgotten")), (lambda: saves.append("current"))
+    forgotten.install()
+    current.install()
+    send_sigusr1()
+    assert saves == ["current"]
+    assert scontrol_log.read_text() == "requeue 4242\n"
+    forgotten.uninstall()  # no longer owns the signal: changes nothing
+    current.uninstall()
+    assert signal.getsignal(signal.SIGUSR1) == before
