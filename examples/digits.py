@@ -14,8 +14,8 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
+from sklearn.datasets import load_digits  # type: ignore[import-untyped]
+from sklearn.model_selection import train_test_split  # type: ignore[import-untyped]
 from torch.utils.data import DataLoader, TensorDataset
 
 import core
