@@ -17,12 +17,31 @@ Besides the hooks, a plugin object may declare these attributes (all optional):
     A :class:`core.Supports` record: which aliases of the other kinds it works with.
 ``priority``
     Environments and accelerators: the order in which ``auto`` asks candidates (highest first).
+``auto_strategies``
+    Accelerators: the strategies ``strategy="auto"`` picks on them, a mapping with keys ``"single"``,
+    ``"multi"`` and ``"interactive"`` (defaults ``single_device``, ``ddp``, ``ddp_notebook``).
 ``max_processes``
     Strategies: the most processes it can run (``1`` for ``single_device``; ``None`` for no limit).
 ``default_checkpoint_io``
     Strategies: the checkpoint_io alias used when the user names none (``"torch"`` otherwise).
 
-The contract has a version, :data:`CONTRACT_VERSION`; it grows by adding hooks, never by changing one.
+``contract_version``
+    The :data:`CONTRACT_VERSION` the plugin was written for; ``python -m core.plugins --check`` reports a
+    plugin written for a newer contract than the installed core's.
+
+How the contract evolves (the compatibility policy):
+
+- The contract has a version, :data:`CONTRACT_VERSION`, a whole number raised with every release of core
+  that adds or deprecates a hook. It grows by adding hooks; a hook never changes meaning. A hook may gain
+  a parameter, since implementations accept any subset of parameters by name; it never loses one.
+- A hook to be removed is first deprecated: its spec is declared with ``warn_on_impl=deprecated(...)``,
+  so every run that registers an implementation warns with :class:`core.CoreDeprecationWarning`, and
+  ``python -m core.plugins --check`` lists the plugins that implement it. It is removed no earlier than the
+  next breaking release of core (the next minor release while core is 0.x, the next major one after).
+- A plugin that implements a hook this core does not define is refused when it registers
+  (:class:`core.BrokenPluginError`) and shown by ``--check``: it was written for a newer core, or misspells
+  a hook. Plugins declare the core versions they work with as ``core>=X,<Y`` in their dependencies, and the
+  installed core refuses a plugin whose range excludes it.
 """
 
 from __future__ import annotations
@@ -31,6 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final
 
+from core._errors import CoreDeprecationWarning
 from core._markers import hookspec
 
 if TYPE_CHECKING:
@@ -41,6 +61,20 @@ if TYPE_CHECKING:
     from core._records import ClusterInfo
 
 CONTRACT_VERSION: Final = 1
+"""The version of this contract; raised with every release of core that adds or deprecates a hook."""
+
+
+def deprecated(hook: str, since: int, instead: str) -> CoreDeprecationWarning:
+    """The warning to declare a hook deprecated: ``@hookspec(firstresult=True, warn_on_impl=deprecated(...))``.
+
+    :param hook: The deprecated hook's name.
+    :param since: The contract version that deprecated it.
+    :param instead: What implementers should do instead (usually the hook that replaces it).
+    """
+    return CoreDeprecationWarning(
+        f"The hook {hook!r} is deprecated since contract version {since} and will be removed in the next "
+        f"breaking release of core; {instead}."
+    )
 
 
 # -------------------------------------------------------------------------------------------------

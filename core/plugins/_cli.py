@@ -16,8 +16,33 @@ from typing import Any
 from core._discovery import Catalog, PluginInfo, discover, load
 from core._errors import CoreError
 from core._records import KINDS
+from core.hookspecs import CONTRACT_VERSION
+from core.plugins._contract import ContractReport, inspect_contract
 
 _PROG = "python -m core.plugins"
+
+# What --check and show learnt about each imported plugin's hooks, by ``dist:alias``.
+_contracts: dict[str, ContractReport] = {}
+
+
+def _contract_notes(info: PluginInfo) -> list[str]:
+    report = _contracts.get(info.pinned_name)
+    return report.notes() if report is not None else []
+
+
+def _contract_json(info: PluginInfo) -> dict[str, object] | None:
+    report = _contracts.get(info.pinned_name)
+    return report.as_dict() if report is not None else None
+
+
+def _print_contract_notes(entries: Sequence[PluginInfo]) -> None:
+    print(f"hook contract: version {CONTRACT_VERSION}")
+    flagged = [(info, notes) for info in entries if (notes := _contract_notes(info))]
+    if not flagged:
+        print("  every imported plugin implements only current hooks")
+    for info, notes in flagged:
+        for note in notes:
+            print(f"  {info.kind} {info.alias!r} ({info.distribution} {info.version}): {note}")
 
 
 def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
@@ -56,6 +81,7 @@ def _check_one(info: PluginInfo) -> tuple[str, str, object | None]:
         return info.status, info.reason, None
     try:
         plugin = load(info)
+        _contracts[info.pinned_name] = inspect_contract(plugin)
         _register(_manager(), info.kind, info.alias, plugin)
         if info.kind == "accelerator" and not ask(plugin, info.kind, "accelerator_is_available"):
             reason = getattr(plugin, "unavailable_reason", None) or "no device of this kind is visible"
@@ -84,9 +110,11 @@ def _check(catalog: Catalog, kind: str | None, as_json: bool) -> int:
     if as_json:
         payload = {
             "plugins": [
-                {**info.as_dict(), "check": status, "check_reason": reason} for info, status, reason in results
+                {**info.as_dict(), "check": status, "check_reason": reason, "contract": _contract_json(info)}
+                for info, status, reason in results
             ],
             "auto": auto,
+            "contract_version": CONTRACT_VERSION,
         }
         print(json.dumps(payload, indent=2))
     else:
@@ -98,6 +126,8 @@ def _check(catalog: Catalog, kind: str | None, as_json: bool) -> int:
         print()
         print(f"accelerator='auto' would pick: {auto['accelerator']}")
         print(f"environment detected here:     {auto['environment']}")
+        print()
+        _print_contract_notes([info for info, _, _ in results])
     return 1 if any(status == "broken" for _, status, _ in results) else 0
 
 
@@ -123,6 +153,8 @@ def _show(catalog: Catalog, alias: str, kind: str | None, as_json: bool) -> int:
             "check": status,
             "check_reason": reason,
             "hooks": _hooks_of(plugin) if plugin is not None else [],
+            "contract": _contract_json(info),
+            "contract_notes": _contract_notes(info),
             "supports": supports.describe() if supports is not None else "any combination",
             "doc": inspect.getdoc(type(plugin)) if plugin is not None else "",
         })
@@ -135,6 +167,8 @@ def _show(catalog: Catalog, alias: str, kind: str | None, as_json: bool) -> int:
         for key in ("distribution", "version", "target", "requires_core", "status", "check", "supports"):
             print(f"  {key + ':':<15}{detail[key]}")
         print(f"  {'hooks:':<15}{', '.join(detail['hooks']) or '-'}")
+        for note in detail["contract_notes"]:
+            print(f"  {'contract:':<15}{note}")
         if detail["doc"]:
             print("  " + detail["doc"].replace("\n", "\n  "))
         print()
@@ -159,9 +193,10 @@ def _parser() -> argparse.ArgumentParser:
         "command",
         nargs="?",
         default="list",
-        choices=("list", "show", "matrix"),
+        choices=("list", "show", "matrix", "new"),
         help="default: list; matrix imports every plugin and prints which precisions, strategies and "
-        "accelerators work together",
+        "accelerators work together; new KIND NAME writes a plugin package from a template "
+        f"(see {_PROG} new --help)",
     )
     parser.add_argument("alias", nargs="?", help="with show: the alias (or dist:alias) to inspect")
     parser.add_argument("--kind", choices=KINDS, help="only plugins of this kind")
@@ -171,7 +206,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["new"]:
+        from core.plugins._new import main as new_main
+
+        return new_main(arguments[1:])
+    args = _parser().parse_args(arguments)
     try:
         catalog = discover()
         if args.command == "show":
