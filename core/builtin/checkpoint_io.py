@@ -1,95 +1,130 @@
 """The ``torch`` checkpoint_io: ``torch.save`` made atomic, ``torch.load`` with ``weights_only=True``.
 
-A save writes to a temporary file in the target's directory, flushes and fsyncs it, then renames it
+A local save writes to a temporary file in the target's directory, flushes and fsyncs it, then renames it
 over the target with ``os.replace``, which is atomic on POSIX: a process killed mid-save leaves the
 previous checkpoint intact and at worst a stray ``.*.tmp`` file, never a truncated checkpoint.
+
+A path with a protocol (``memory://``, ``file://``, ``s3://``: whatever ``fsspec`` implementation is
+installed) goes through ``fsspec``; see :mod:`core._storage` for what atomic means there. Options for the
+filesystem (credentials, endpoints) are given once, ``TorchCheckpointIO(storage_options={...})``, or per
+save through the hook's ``storage_options``.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
-import shutil
-import tempfile
-from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import torch
 
+from core import _storage
 from core._errors import CheckpointError, ConfigurationError
 from core._markers import hookimpl
 
 
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+def _check_options(path: str, storage_options: Any | None, owner: str) -> dict[str, Any] | None:
+    if storage_options is None:
+        return None
+    if _storage.local_path(path) is not None:
+        raise ConfigurationError(
+            f"The {owner!r} checkpoint_io takes no storage_options, got {storage_options!r}, for the local path "
+            f"{path!r}: storage_options are fsspec filesystem options for URLs such as 's3://bucket/ckpt.pt'. "
+            f"Drop them, or use a checkpoint_io plugin that understands them."
+        )
+    if not isinstance(storage_options, dict):
+        raise ConfigurationError(
+            f"storage_options={storage_options!r} for {path!r}: expected a dict of fsspec filesystem options."
+        )
+    return storage_options
 
 
-def atomic_torch_save(checkpoint: Any, path: str | os.PathLike[str]) -> None:
-    """``torch.save`` to ``path`` so that readers see either the old file or the complete new one."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # delete=False: the file must outlive the handle so that os.replace can move it into place.
-    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115
-        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False
+def atomic_torch_save(
+    checkpoint: Any, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> None:
+    """``torch.save`` to ``path`` (a local path or an fsspec URL) so readers see the old or the whole new file."""
+
+    def write(handle: IO[bytes]) -> None:
+        torch.save(checkpoint, handle)
+
+    _storage.atomic_write(os.fspath(path), write, storage_options)
+
+
+def _refused(where: str, error: pickle.UnpicklingError) -> CheckpointError:
+    first_line = str(error).strip().splitlines()[-1] if str(error).strip() else ""
+    return CheckpointError(
+        f"Refused to load {where!r}: it holds objects other than tensors and plain containers, "
+        f"and loading them would run code from the file ({first_line}). Nothing from it was executed. "
+        f"If you trust the file, load it with weights_only=False."
     )
-    try:
-        with handle:
-            torch.save(checkpoint, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, target)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-    _fsync_directory(target.parent)
 
 
-def safe_torch_load(path: str | os.PathLike[str], map_location: Any, weights_only: bool) -> Any:
-    """``torch.load`` whose failures are :class:`CheckpointError` naming the file and the way out."""
-    if not Path(path).exists():
-        raise CheckpointError(f"No checkpoint at {str(path)!r}: the file does not exist.")
+def torch_load_from(source: IO[bytes] | str, where: str, map_location: Any, weights_only: bool) -> Any:
+    """``torch.load`` from a file or a local path, failures turned into :class:`CheckpointError` naming ``where``."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=weights_only)
+        return torch.load(source, map_location=map_location, weights_only=weights_only)
     except pickle.UnpicklingError as error:
         if not weights_only:
-            raise CheckpointError(f"The checkpoint {str(path)!r} is corrupt or truncated: {error}") from error
-        first_line = str(error).strip().splitlines()[-1] if str(error).strip() else ""
-        raise CheckpointError(
-            f"Refused to load {str(path)!r}: it holds objects other than tensors and plain containers, "
-            f"and loading them would run code from the file ({first_line}). Nothing from it was executed. "
-            f"If you trust the file, load it with weights_only=False."
-        ) from None
+            raise CheckpointError(f"The checkpoint {where!r} is corrupt or truncated: {error}") from error
+        raise _refused(where, error) from None
     except (EOFError, RuntimeError) as error:
-        raise CheckpointError(f"The checkpoint {str(path)!r} is corrupt or truncated: {error}") from error
+        raise CheckpointError(f"The checkpoint {where!r} is corrupt or truncated: {error}") from error
+
+
+def safe_torch_load(
+    path: str | os.PathLike[str],
+    map_location: Any,
+    weights_only: bool,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
+    """``torch.load`` whose failures are :class:`CheckpointError` naming the file and the way out."""
+    where = os.fspath(path)
+    local = _storage.local_path(where)
+    if local is not None:
+        if local.is_dir():
+            raise CheckpointError(
+                f"{where!r} is a directory, not a checkpoint file. A sharded checkpoint written by every rank is "
+                f"read with the 'distributed' checkpoint_io: plugins=['distributed'] (pip install core-dcp)."
+            )
+        if not local.is_file():
+            raise CheckpointError(f"No checkpoint at {where!r}: the file does not exist.")
+        return torch_load_from(str(local), where, map_location, weights_only)
+    try:
+        with _storage.open_for_reading(where, storage_options) as handle:
+            # Read whole: torch.load seeks, which is slow or unsupported on some remote streams.
+            content = io.BytesIO(handle.read())
+    except FileNotFoundError:
+        raise CheckpointError(f"No checkpoint at {where!r}: the file does not exist.") from None
+    return torch_load_from(content, where, map_location, weights_only)
 
 
 class TorchCheckpointIO:
-    """One file per checkpoint through ``torch.save`` / ``torch.load``."""
+    """One file per checkpoint through ``torch.save`` / ``torch.load``, on local disk or through ``fsspec``.
+
+    :param storage_options: ``fsspec`` filesystem options used for every URL this plugin reads or writes.
+    """
 
     kind: Final = "checkpoint_io"
     name: Final = "torch"
 
+    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+        self.storage_options = storage_options
+
+    def _options(self, path: str, storage_options: Any | None) -> dict[str, Any] | None:
+        given = _check_options(path, storage_options, self.name)
+        if given is not None:
+            return given
+        return None if _storage.local_path(path) is not None else self.storage_options
+
     @hookimpl
     def checkpoint_io_save(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
-        if storage_options is not None:
-            raise ConfigurationError(
-                f"The 'torch' checkpoint_io takes no storage_options, got {storage_options!r}; use a "
-                f"checkpoint_io plugin that understands them."
-            )
-        atomic_torch_save(checkpoint, path)
+        atomic_torch_save(checkpoint, path, self._options(path, storage_options))
 
     @hookimpl
     def checkpoint_io_load(self, path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:
-        return safe_torch_load(path, map_location, weights_only)
+        return safe_torch_load(path, map_location, weights_only, self._options(path, None))
 
     @hookimpl
     def checkpoint_io_remove(self, path: str) -> None:
-        target = Path(path)
-        if target.is_dir():
-            shutil.rmtree(target)
-        else:
-            target.unlink(missing_ok=True)
+        _storage.remove(path, self._options(path, None))

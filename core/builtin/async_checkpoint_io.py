@@ -1,0 +1,134 @@
+"""The ``async`` checkpoint_io: the training loop goes on while the checkpoint is written.
+
+A save first waits for the previous one (so saves land in the order they were made, and at most one
+snapshot is held in memory besides the training state), then copies every tensor of the checkpoint to
+the CPU (``clone`` for CPU tensors: the training step that follows may change them in place), and hands
+the copy to one background thread, which writes it exactly as the ``torch`` checkpoint_io does: atomically,
+to a local path or an fsspec URL. The save returns once the copy is made.
+
+An error in the background is never lost: it is raised by the next save, load or remove, or at the end of
+the run by ``checkpoint_io_teardown``, as a :class:`core.CheckpointError` naming the path that failed.
+Removals are queued behind the writes, so rotating old checkpoints never overtakes a write in flight. A
+process that ends without a teardown still finishes its last write: the writer thread is joined at exit.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Final
+
+import torch
+
+from core import _storage
+from core._errors import CheckpointError
+from core._markers import hookimpl
+from core.builtin.checkpoint_io import TorchCheckpointIO, atomic_torch_save
+
+_IMMUTABLE: Final = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.Size)
+
+
+def snapshot(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """A copy of ``value`` that shares no tensor with it: every tensor is copied to the CPU.
+
+    Containers (dicts with their attributes, lists, tuples, named tuples) are rebuilt; a tensor reachable
+    twice is copied once and shared in the copy too, so tied weights stay tied in the file. Other objects
+    are deep-copied, so one that cannot be copied fails the save call itself.
+    """
+    memo = {} if memo is None else memo
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    if isinstance(value, torch.Tensor):
+        copied: Any = value.detach().to("cpu", copy=True)
+    elif isinstance(value, _IMMUTABLE):
+        return value
+    elif isinstance(value, Mapping):
+        items = [(name, snapshot(item, memo)) for name, item in value.items()]
+        copied = type(value)(items) if isinstance(value, dict) else dict(items)
+        # A module's state dict carries its version numbers in ``_metadata``, an attribute of the dict.
+        attributes = getattr(value, "__dict__", None)
+        if attributes:
+            copied.__dict__.update(copy.deepcopy(attributes))
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        copied = type(value)(*(snapshot(item, memo) for item in value))
+    elif isinstance(value, (list, tuple)):
+        copied = type(value)(snapshot(item, memo) for item in value)
+    else:
+        copied = copy.deepcopy(value)
+    memo[key] = copied
+    return copied
+
+
+class AsyncCheckpointIO(TorchCheckpointIO):
+    """``torch`` checkpoints written by a background thread after a synchronous copy to the CPU.
+
+    :param storage_options: ``fsspec`` filesystem options used for every URL this plugin reads or writes.
+    """
+
+    name: Final = "async"  # type: ignore[misc]
+
+    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+        super().__init__(storage_options)
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: deque[tuple[str, Future[None]]] = deque()
+        self._lock = threading.Lock()
+
+    def _submit(self, description: str, work: Callable[[], None]) -> None:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="core-async-checkpoint")
+            self._pending.append((description, self._executor.submit(work)))
+
+    def wait(self) -> None:
+        """Block until every queued write and removal is done; raise the first failure among them."""
+        failures: list[tuple[str, BaseException]] = []
+        while self._pending:
+            description, future = self._pending[0]
+            error = future.exception()
+            self._pending.popleft()
+            if error is not None:
+                failures.append((description, error))
+        if failures:
+            description, error = failures[0]
+            others = f" ({len(failures) - 1} later background operation(s) failed too)" if len(failures) > 1 else ""
+            raise CheckpointError(
+                f"The background {description} failed: {type(error).__name__}: {error}{others}. Nothing newer than "
+                f"the last successful save was written there; fix the cause (disk space, permissions, an object "
+                f"torch.save cannot pickle) and save again."
+            ) from error
+
+    @property
+    def pending(self) -> int:
+        """How many writes and removals are queued or running."""
+        return sum(1 for _, future in self._pending if not future.done())
+
+    @hookimpl
+    def checkpoint_io_save(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
+        options = self._options(path, storage_options)
+        self.wait()
+        copied = snapshot(checkpoint)
+        self._submit(f"save to {path!r}", lambda: atomic_torch_save(copied, path, options))
+
+    @hookimpl
+    def checkpoint_io_load(self, path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:
+        self.wait()
+        return super().checkpoint_io_load(path=path, map_location=map_location, weights_only=weights_only)
+
+    @hookimpl
+    def checkpoint_io_remove(self, path: str) -> None:
+        options = self._options(path, None)
+        self._submit(f"removal of {path!r}", lambda: _storage.remove(path, options))
+
+    @hookimpl
+    def checkpoint_io_teardown(self) -> None:
+        try:
+            self.wait()
+        finally:
+            with self._lock:
+                executor, self._executor = self._executor, None
+            if executor is not None:
+                executor.shutdown(wait=True)
