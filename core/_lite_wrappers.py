@@ -6,6 +6,7 @@ step costs a few Python calls on top of the raw loop and no hook lookup.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -114,7 +115,12 @@ class LiteOptimizer:
         self._optimizer.add_param_group(param_group)
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("_optimizer", "_step_hook"):  # not set yet: an instance under construction by copy
+            raise AttributeError(name)
         return getattr(self._optimizer, name)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LiteOptimizer:
+        return wrap_optimizer(copy.deepcopy(self._optimizer, memo), self._step_hook)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Learning-rate schedulers replace ``step`` on the instance to count calls; that wrapper must stay

@@ -3,6 +3,7 @@ and the errors a user meets."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -438,3 +439,18 @@ def test_seed_everything_is_a_static_method_seeding_workers_by_default() -> None
 def test_repr_shows_the_phase_and_the_active_set() -> None:
     text = repr(core.Lite(accelerator="cpu", devices=1, precision="bf16-true"))
     assert text.startswith("<Lite new") and "bf16-true" in text and "single_device" in text
+
+
+def test_set_up_modules_and_optimizers_can_be_deep_copied() -> None:
+    # An exponential moving average of the weights, or a snapshot, starts with a deep copy.
+    def check(lite: core.Lite) -> None:
+        model = small_model()
+        model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+        model_copy, optimizer_copy = copy.deepcopy(model), copy.deepcopy(optimizer)
+        assert isinstance(model_copy, LiteModule) and isinstance(optimizer_copy, torch.optim.SGD)
+        assert model_copy.module[0].weight is not model.module[0].weight
+        assert torch.equal(model_copy(torch.ones(1, 4)), model(torch.ones(1, 4)))
+        assert optimizer_copy.optimizer is not optimizer.optimizer
+        assert optimizer_copy.param_groups[0]["momentum"] == 0.9
+
+    run(check)
