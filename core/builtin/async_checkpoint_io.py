@@ -8,8 +8,8 @@ to a local path or an fsspec URL. The save returns once the copy is made.
 
 An error in the background is never lost: it is raised by the next save, load or remove, or at the end of
 the run by ``checkpoint_io_teardown``, as a :class:`core.CheckpointError` naming the path that failed.
-Removals are queued behind the writes, so rotating old checkpoints never overtakes a write in flight. A
-process that ends without a teardown still finishes its last write: the writer thread is joined at exit.
+Loads and removals first wait for the write in flight, so they never overtake it. A process that ends
+without a teardown still finishes its last write: the writer thread is joined at exit.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any, Final
 
 import torch
 
-from core import _storage
 from core._errors import CheckpointError
 from core._markers import hookimpl
 from core.builtin.checkpoint_io import TorchCheckpointIO, atomic_torch_save
@@ -36,7 +35,8 @@ def snapshot(value: Any, memo: dict[int, Any] | None = None) -> Any:
 
     Containers (dicts with their attributes, lists, tuples, named tuples) are rebuilt; a tensor reachable
     twice is copied once and shared in the copy too, so tied weights stay tied in the file. Other objects
-    are deep-copied, so one that cannot be copied fails the save call itself.
+    (numbers, strings, anything else) are kept by reference: copying an arbitrary object means calling its
+    ``__reduce__``, which may run code, and the state a loop changes in place is its tensors.
     """
     memo = {} if memo is None else memo
     key = id(value)
@@ -52,13 +52,13 @@ def snapshot(value: Any, memo: dict[int, Any] | None = None) -> Any:
         # A module's state dict carries its version numbers in ``_metadata``, an attribute of the dict.
         attributes = getattr(value, "__dict__", None)
         if attributes:
-            copied.__dict__.update(copy.deepcopy(attributes))
+            copied.__dict__.update(copy.deepcopy(attributes))  # plain data: {"": {"version": 1}, ...}
     elif isinstance(value, tuple) and hasattr(value, "_fields"):
         copied = type(value)(*(snapshot(item, memo) for item in value))
     elif isinstance(value, (list, tuple)):
         copied = type(value)(snapshot(item, memo) for item in value)
     else:
-        copied = copy.deepcopy(value)
+        return value
     memo[key] = copied
     return copied
 
@@ -84,7 +84,7 @@ class AsyncCheckpointIO(TorchCheckpointIO):
             self._pending.append((description, self._executor.submit(work)))
 
     def wait(self) -> None:
-        """Block until every queued write and removal is done; raise the first failure among them."""
+        """Block until the write in flight is done; raise its failure, if any."""
         failures: list[tuple[str, BaseException]] = []
         while self._pending:
             description, future = self._pending[0]
@@ -94,7 +94,7 @@ class AsyncCheckpointIO(TorchCheckpointIO):
                 failures.append((description, error))
         if failures:
             description, error = failures[0]
-            others = f" ({len(failures) - 1} later background operation(s) failed too)" if len(failures) > 1 else ""
+            others = f" ({len(failures) - 1} later background write(s) failed too)" if len(failures) > 1 else ""
             raise CheckpointError(
                 f"The background {description} failed: {type(error).__name__}: {error}{others}. Nothing newer than "
                 f"the last successful save was written there; fix the cause (disk space, permissions, an object "
@@ -103,7 +103,7 @@ class AsyncCheckpointIO(TorchCheckpointIO):
 
     @property
     def pending(self) -> int:
-        """How many writes and removals are queued or running."""
+        """How many writes are queued or running (0 or 1: a save waits for the previous one)."""
         return sum(1 for _, future in self._pending if not future.done())
 
     @hookimpl
@@ -120,8 +120,8 @@ class AsyncCheckpointIO(TorchCheckpointIO):
 
     @hookimpl
     def checkpoint_io_remove(self, path: str) -> None:
-        options = self._options(path, None)
-        self._submit(f"removal of {path!r}", lambda: _storage.remove(path, options))
+        self.wait()
+        super().checkpoint_io_remove(path=path)
 
     @hookimpl
     def checkpoint_io_teardown(self) -> None:
