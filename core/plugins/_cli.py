@@ -212,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return new_main(arguments[1:])
     args = _parser().parse_args(arguments)
+    _contracts.clear()
     try:
         catalog = discover()
         if args.command == "show":

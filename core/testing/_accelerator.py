@@ -27,6 +27,7 @@ class AcceleratorConformance(Conformance):
         plugin = self.make_plugin()
         if not self.call(plugin, self.kind, "accelerator_is_available"):
             reason = getattr(plugin, "unavailable_reason", None)
+            reason = reason() if callable(reason) else reason
             pytest.skip(f"{getattr(plugin, 'name', plugin)!r} is not available here: {reason or 'no device'}")
         return plugin
 

@@ -18,7 +18,9 @@ from core.testing._base import Conformance
 _RANK_VARIABLES: Final = (
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE",
 )
-_SCHEDULER_PREFIXES: Final = ("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "LSB_", "LSF_", "KUBEFLOW_")
+_SCHEDULER_PREFIXES: Final = (
+    "SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "MV2_", "MPI_", "MPIRUN_", "LSB_", "LSF_", "JSM_", "KUBEFLOW_",
+)
 
 
 class EnvironmentConformance(Conformance):

@@ -28,7 +28,9 @@ _INHERITED_RANKS: Final = frozenset({
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
     "LOCAL_WORLD_SIZE", "CORE_RUN_ERROR_FILE", "CORE_RUN_PARENT_PID", "CORE_GLOBAL_SEED",
 })
-_SCHEDULER_PREFIXES: Final = ("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "LSB_", "LSF_", "KUBEFLOW_")
+_SCHEDULER_PREFIXES: Final = (
+    "SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "MV2_", "MPI_", "MPIRUN_", "LSB_", "LSF_", "JSM_", "KUBEFLOW_",
+)
 
 
 def processes_with(token: str) -> list[int]:
