@@ -1,0 +1,217 @@
+"""The ``distributed`` checkpoint_io: a directory written by ``torch.distributed.checkpoint``.
+
+Who writes is the strategy's decision (``strategy_save_checkpoint``); this plugin follows from the state
+it is given:
+
+- **collective**, when a process group of several ranks exists and the state holds ``DTensor`` shards
+  (``fsdp`` with ``state_dict_type="sharded"``): every rank calls the save and writes its own shards;
+  tensors present on every rank are written once.
+- **alone**, otherwise (one process, or rank 0 of ``ddp`` holding the whole state): the calling process
+  writes everything, without any collective.
+
+Either way the directory is written under a hidden temporary name and renamed into place once DCP has
+written its ``.metadata`` (last, after every rank's data), so the old checkpoint at the path survives a
+crash mid-save. Loading reads the whole state onto the CPU of the calling process, whatever the world
+size that wrote it: that is the resharding a plain ``load_state_dict`` needs (``core-fsdp`` shards it
+again in place).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+from core import CheckpointError, ConfigurationError, CoreError, hookimpl
+from core._storage import local_path
+from core_dcp._layout import holds_dtensors, join, map_tensors, split
+from core_dcp._safe import METADATA_FILE, FullReadPlanner, SafeReader
+
+if TYPE_CHECKING:
+    from core import ActiveSet
+
+# DCP warns when it runs without a process group; here that is the intent (see is_collective).
+_SINGLE_PROCESS_WARNING: Final = "torch.distributed is disabled, unavailable or uninitialized"
+
+
+@contextmanager
+def _translated(action: str, where: str) -> Iterator[None]:
+    """DCP's ``CheckpointException`` (a ``BaseException`` gathering every rank's failure) as a project error."""
+    try:
+        yield
+    except CheckpointException as error:
+        failures = error.failures
+        first = failures[min(failures)][0]
+        if isinstance(first, CoreError):
+            raise first from None
+        raise CheckpointError(
+            f"{action} the distributed checkpoint {where!r} failed on rank(s) {sorted(failures)}: "
+            f"{type(first).__name__}: {first}"
+        ) from first
+
+
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _install(partial: Path, target: Path) -> None:
+    """Move the finished ``partial`` directory to ``target``, replacing what was there."""
+    if target.exists() or target.is_symlink():
+        retired = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
+        os.replace(target, retired)
+        os.replace(partial, target)
+        if retired.is_dir():
+            shutil.rmtree(retired)
+        else:
+            retired.unlink()
+    else:
+        os.replace(partial, target)
+    _fsync_directory(target.parent)
+
+
+class DistributedCheckpointIO:
+    """Checkpoints as DCP directories: sharded state written by every rank, reshardable on load.
+
+    :param thread_count: Writer threads per rank.
+    :param sync_files: ``fsync`` every file before the checkpoint counts as written.
+    """
+
+    kind: Final = "checkpoint_io"
+    name: Final = "distributed"
+    writes_shards: Final = True
+    """Strategies read this: every rank may call ``checkpoint_io_save`` with its shards of the state."""
+
+    def __init__(self, thread_count: int = 1, sync_files: bool = True) -> None:
+        if thread_count < 1:
+            raise ConfigurationError(f"DistributedCheckpointIO(thread_count={thread_count!r}) must be >= 1.")
+        self.thread_count = thread_count
+        self.sync_files = sync_files
+        self._active: ActiveSet | None = None
+
+    @hookimpl
+    def core_attach(self, active: ActiveSet) -> None:
+        self._active = active
+
+    def _target(self, path: str) -> Path:
+        target = local_path(path)
+        if target is None:
+            raise ConfigurationError(
+                f"The 'distributed' checkpoint_io writes to a local or shared filesystem path, got the URL {path!r}. "
+                f"Mount the storage, or save a full (gathered) checkpoint with plugins=['torch'], which takes URLs."
+            )
+        return target
+
+    def _writer(self, directory: Path) -> FileSystemWriter:
+        return FileSystemWriter(directory, single_file_per_rank=True, sync_files=self.sync_files,
+                                thread_count=self.thread_count)
+
+    def _barrier(self, name: str) -> None:
+        if self._active is not None:
+            self._active.hook.strategy_barrier(name=name)
+        else:
+            dist.barrier()
+
+    @staticmethod
+    def is_collective(checkpoint: dict[str, Any]) -> bool:
+        """Whether every rank takes part in saving ``checkpoint`` (see the module docstring)."""
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1 and holds_dtensors(
+            checkpoint
+        )
+
+    @hookimpl
+    def checkpoint_io_save(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
+        if storage_options is not None:
+            raise ConfigurationError(
+                f"The 'distributed' checkpoint_io takes no storage_options, got {storage_options!r}; configure it "
+                f"with DistributedCheckpointIO(thread_count=..., sync_files=...)."
+            )
+        target = self._target(path)
+        flat = split(checkpoint)
+        if self.is_collective(checkpoint):
+            self._save_collective(flat, target)
+        else:
+            self._save_alone(flat, target)
+
+    def _save_alone(self, flat: dict[str, Any], target: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}.partial")
+        try:
+            with warnings.catch_warnings(), _translated("Saving", str(target)):
+                warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
+                dcp.save(flat, storage_writer=self._writer(partial), no_dist=True)
+            _install(partial, target)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+
+    def _save_collective(self, flat: dict[str, Any], target: Path) -> None:
+        # One name every rank agrees on without a message; rank 0 clears what a crashed save left there.
+        partial = target.with_name(f".{target.name}.partial")
+        if dist.get_rank() == 0:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(partial, ignore_errors=True)
+        self._barrier("distributed checkpoint: prepare")
+        # Every rank writes its shards; the coordinator writes .metadata after all of them, then all return.
+        with _translated("Saving", str(target)):
+            dcp.save(flat, storage_writer=self._writer(partial))
+        if dist.get_rank() == 0:
+            _install(partial, target)
+        self._barrier("distributed checkpoint: installed")
+
+    @hookimpl
+    def checkpoint_io_load(self, path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:
+        target = self._target(path)
+        if not target.exists():
+            raise CheckpointError(f"No checkpoint at {path!r}: the directory does not exist.")
+        if target.is_file():
+            raise CheckpointError(
+                f"{path!r} is a file, not a distributed checkpoint directory; a single-file checkpoint is read with "
+                f"the 'torch' checkpoint_io (the default; drop plugins=['distributed'])."
+            )
+        if not (target / METADATA_FILE).is_file():
+            raise CheckpointError(
+                f"The distributed checkpoint {path!r} is incomplete: it has no {METADATA_FILE}, which is written "
+                f"last, so the save that made it was interrupted (or the directory is not a DCP checkpoint)."
+            )
+        flat: dict[str, Any] = {}
+        # The state is rebuilt from the metadata into ``flat`` itself; dcp.load would copy back only the keys
+        # ``flat`` already had (none). torch's own dcp_to_torch_save reads this way.
+        with warnings.catch_warnings(), _translated("Loading", path):
+            warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
+            _load_state_dict(flat, storage_reader=SafeReader(str(target), weights_only),
+                             planner=FullReadPlanner(path, weights_only), no_dist=True)
+        checkpoint = join(flat, path)
+        if map_location is None:
+            return checkpoint
+        if not isinstance(map_location, (str, torch.device)):
+            raise ConfigurationError(
+                f"The 'distributed' checkpoint_io takes a device as map_location, got {map_location!r}."
+            )
+        device = torch.device(map_location)
+        if device.type == "cpu":
+            return checkpoint
+        result: dict[str, Any] = map_tensors(checkpoint, lambda tensor: tensor.to(device))
+        return result
+
+    @hookimpl
+    def checkpoint_io_remove(self, path: str) -> None:
+        target = self._target(path)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)

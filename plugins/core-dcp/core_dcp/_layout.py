@@ -1,0 +1,117 @@
+"""How a nested checkpoint becomes what ``torch.distributed.checkpoint`` stores, and back.
+
+DCP flattens nested state itself, but it turns every dict key into a string and drops empty dicts, so an
+optimizer's ``state`` (keyed by parameter index, empty before the first step) would not come back as
+``load_state_dict`` expects. Here the checkpoint is split in two before DCP sees it:
+
+- every tensor (plain or ``DTensor``) under its dotted path, ``"model.layer.weight"``,
+  ``"optimizer.state.0.exp_avg"``: DCP shards, deduplicates and reshards these;
+- one entry, :data:`SKELETON_KEY`, holding everything else exactly as it was (key types, empty containers,
+  plain values), with a reference ``{TENSOR_TAG: "<dotted path>"}`` where each tensor was.
+
+Loading reads the tensors and puts them back into the skeleton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import torch
+
+from core import CheckpointError, ConfigurationError
+
+SKELETON_KEY: Final = "core_dcp.skeleton"
+"""The DCP entry holding the checkpoint without its tensors."""
+
+TENSOR_TAG: Final = "__core_dcp_tensor__"
+"""Marks, inside the skeleton, where a tensor stood: ``{TENSOR_TAG: dotted_path}``."""
+
+
+def _rebuild_mapping(original: Mapping[Any, Any], items: list[tuple[Any, Any]]) -> Any:
+    rebuilt = type(original)(items) if isinstance(original, dict) else dict(items)
+    attributes = getattr(original, "__dict__", None)
+    if attributes:  # a module state dict's ``_metadata`` (its version numbers)
+        rebuilt.__dict__.update(attributes)
+    return rebuilt
+
+
+def split(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat dict DCP saves: each tensor under its dotted path, plus the skeleton."""
+    tensors: dict[str, torch.Tensor] = {}
+
+    def visit(value: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(value, torch.Tensor):
+            key = ".".join(path)
+            if key in tensors or key == SKELETON_KEY:
+                raise ConfigurationError(
+                    f"Two tensors of the checkpoint have the dotted path {key!r} (a key holding a dot collides with "
+                    f"a nested key); rename one of them to save with the 'distributed' checkpoint_io."
+                )
+            tensors[key] = value
+            return {TENSOR_TAG: key}
+        if isinstance(value, Mapping):
+            return _rebuild_mapping(value, [(name, visit(item, (*path, str(name)))) for name, item in value.items()])
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(visit(item, (*path, str(index))) for index, item in enumerate(value)))
+        if isinstance(value, (list, tuple)):
+            return type(value)(visit(item, (*path, str(index))) for index, item in enumerate(value))
+        return value
+
+    skeleton = visit(checkpoint, ())
+    # In a tuple, DCP stores the skeleton as one opaque value instead of flattening it (lossily) again.
+    return {**tensors, SKELETON_KEY: (skeleton,)}
+
+
+def join(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The nested checkpoint from what :func:`split` produced and DCP read back."""
+    if SKELETON_KEY not in flat:
+        return dict(flat)  # written by plain DCP: its own nesting is all there is
+
+    def visit(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            if len(value) == 1 and TENSOR_TAG in value:
+                key = value[TENSOR_TAG]
+                if key not in flat:
+                    raise CheckpointError(f"The distributed checkpoint {where!r} lacks the tensor {key!r}.")
+                return flat[key]
+            return _rebuild_mapping(value, [(name, visit(item)) for name, item in value.items()])
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(visit(item) for item in value))
+        if isinstance(value, (list, tuple)):
+            return type(value)(visit(item) for item in value)
+        return value
+
+    wrapped = flat[SKELETON_KEY]
+    if not (isinstance(wrapped, tuple) and len(wrapped) == 1):
+        raise CheckpointError(f"The distributed checkpoint {where!r} has a malformed {SKELETON_KEY!r} entry.")
+    checkpoint = visit(wrapped[0])
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"The distributed checkpoint {where!r} holds a {type(checkpoint).__name__}, not a dict.")
+    return checkpoint
+
+
+def map_tensors(value: Any, function: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``value`` with ``function`` applied to every tensor, containers rebuilt."""
+    if isinstance(value, torch.Tensor):
+        return function(value)
+    if isinstance(value, Mapping):
+        return _rebuild_mapping(value, [(name, map_tensors(item, function)) for name, item in value.items()])
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(map_tensors(item, function) for item in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(map_tensors(item, function) for item in value)
+    return value
+
+
+def holds_dtensors(value: Any) -> bool:
+    """Whether any tensor in ``value`` is a ``DTensor`` (a shard of a tensor spread over the ranks)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        return True
+    if isinstance(value, Mapping):
+        return any(holds_dtensors(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(holds_dtensors(item) for item in value)
+    return False

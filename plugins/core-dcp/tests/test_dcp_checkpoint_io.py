@@ -1,0 +1,154 @@
+"""The ``distributed`` checkpoint_io: DCP directories, atomic, weights-only, sharded by every rank, resharded
+on load."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from core_dcp import SKELETON_KEY, DistributedCheckpointIO
+
+import core
+from core.testing import CheckpointIOConformance
+
+
+class TestDistributedConformance(CheckpointIOConformance):
+    """The conformance kit every checkpoint_io passes, run on the installed entry point."""
+
+    alias = "distributed"
+
+
+@pytest.fixture
+def io() -> DistributedCheckpointIO:
+    return DistributedCheckpointIO()
+
+
+def save(io: DistributedCheckpointIO, checkpoint: dict[str, Any], path: Path) -> None:
+    io.checkpoint_io_save(checkpoint=checkpoint, path=str(path), storage_options=None)
+
+
+def load(io: DistributedCheckpointIO, path: Path, weights_only: bool = True) -> dict[str, Any]:
+    return io.checkpoint_io_load(path=str(path), map_location="cpu", weights_only=weights_only)
+
+
+def trained() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(5, 4)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def test_module_and_optimizer_state_come_back_as_load_state_dict_expects(
+    io: DistributedCheckpointIO, tmp_path: Path
+) -> None:
+    model, optimizer = trained()
+    fresh_optimizer = torch.optim.Adam(model.parameters(), lr=0.5)
+    save(io, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "fresh": fresh_optimizer.state_dict()},
+         tmp_path / "ckpt")
+    loaded = load(io, tmp_path / "ckpt")
+    # DCP alone would turn the integer parameter indices into strings and drop the empty state of a fresh
+    # optimizer; both survive here, as does the module's version metadata.
+    assert sorted(loaded["optimizer"]["state"]) == [0, 1, 2, 3]
+    assert loaded["fresh"]["state"] == {}
+    assert loaded["model"]._metadata == model.state_dict()._metadata
+    other_model, other_optimizer = trained()
+    other_optimizer.load_state_dict(loaded["optimizer"])
+    restored, saved = other_optimizer.state_dict()["state"][2], optimizer.state_dict()["state"][2]
+    assert torch.equal(restored["exp_avg"], saved["exp_avg"])
+    other_model.load_state_dict(loaded["model"])
+
+
+def test_a_second_save_replaces_the_first_and_leaves_no_temporary(io: DistributedCheckpointIO, tmp_path: Path) -> None:
+    save(io, {"v": torch.ones(2)}, tmp_path / "ckpt")
+    save(io, {"v": torch.zeros(3)}, tmp_path / "ckpt")
+    assert torch.equal(load(io, tmp_path / "ckpt")["v"], torch.zeros(3))
+    assert [path.name for path in tmp_path.iterdir()] == ["ckpt"]
+
+
+class CodeOnLoad:
+    def __init__(self, mark: str) -> None:
+        self.mark = mark
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Path.touch, (Path(self.mark),))
+
+
+def test_weights_only_covers_the_values_and_the_metadata(io: DistributedCheckpointIO, tmp_path: Path) -> None:
+    mark = tmp_path / "code-ran"
+    save(io, {"payload": CodeOnLoad(str(mark)), "v": torch.ones(1)}, tmp_path / "values")
+    with pytest.raises(core.CheckpointError, match=r"Refused to load .*values.*weights_only=False"):
+        load(io, tmp_path / "values")
+    assert not mark.exists()
+
+    save(io, {"v": torch.ones(1)}, tmp_path / "metadata")
+    with open(tmp_path / "metadata" / ".metadata", "wb") as handle:
+        pickle.dump(CodeOnLoad(str(mark)), handle)
+    with pytest.raises(core.CheckpointError, match=r"Refused to load .*metadata.*\.metadata holds objects"):
+        load(io, tmp_path / "metadata")
+    assert not mark.exists()
+
+
+def test_incomplete_missing_and_wrong_kind_of_checkpoint(io: DistributedCheckpointIO, tmp_path: Path) -> None:
+    save(io, {"v": torch.ones(1)}, tmp_path / "cut")
+    (tmp_path / "cut" / ".metadata").unlink()  # what a save killed before its last write leaves
+    with pytest.raises(core.CheckpointError, match=r"'.*cut' is incomplete: it has no \.metadata"):
+        load(io, tmp_path / "cut")
+    with pytest.raises(core.CheckpointError, match=r"No checkpoint at '.*absent': the directory does not exist"):
+        load(io, tmp_path / "absent")
+    (tmp_path / "file.pt").write_bytes(b"x")
+    with pytest.raises(core.CheckpointError, match="is a file, not a distributed checkpoint directory"):
+        load(io, tmp_path / "file.pt")
+
+
+def test_urls_and_storage_options_are_refused_with_the_way_out(io: DistributedCheckpointIO, tmp_path: Path) -> None:
+    with pytest.raises(core.ConfigurationError, match=r"local or shared filesystem path, got the URL 'memory://x'"):
+        io.checkpoint_io_save(checkpoint={}, path="memory://x", storage_options=None)
+    with pytest.raises(core.ConfigurationError, match="takes no storage_options"):
+        io.checkpoint_io_save(checkpoint={}, path=str(tmp_path / "c"), storage_options={"a": 1})
+
+
+def test_the_format_is_plain_dcp_with_dotted_tensor_keys(io: DistributedCheckpointIO, tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    model, _ = trained()
+    save(io, {"model": model.state_dict(), "step": 3}, tmp_path / "ckpt")
+    template = {"model.0.weight": torch.empty(3, 4)}
+    dcp.load(template, checkpoint_id=str(tmp_path / "ckpt"), no_dist=True,
+             planner=dcp.DefaultLoadPlanner(allow_partial_load=True))
+    assert torch.equal(template["model.0.weight"], model.state_dict()["0.weight"])
+    metadata = dcp.FileSystemReader(str(tmp_path / "ckpt")).read_metadata()
+    assert SKELETON_KEY in metadata.state_dict_metadata
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_two_ranks_write_their_shards_and_one_process_reads_the_whole(
+    tmp_path: Path, job: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    job("dcp_sharded_job.py", str(tmp_path))
+    reports = [json.loads((tmp_path / f"report-{rank}.json").read_text()) for rank in (0, 1)]
+    for report in reports:
+        assert report == {"local_rows": 512, "weight_equal": True, "moment_equal": True,
+                          "keys": ["model", "optimizer", "step"], "whole_equal": True}
+    files = sorted(path.name for path in (tmp_path / "sharded").iterdir())
+    assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    # Each rank wrote its half of the two sharded 32 KiB tensors (and rank-local shares of the rest).
+    sharded_bytes = 2 * 1024 * 8 * 4
+    sizes = [(tmp_path / "sharded" / name).stat().st_size for name in files[1:]]
+    assert all(sharded_bytes / 2 <= size < sharded_bytes for size in sizes), sizes
+    # Resharding: world size 2 wrote it, this single process reads it whole.
+    loaded = load(DistributedCheckpointIO(), tmp_path / "sharded")
+    expected = torch.arange(1024 * 8, dtype=torch.float32).reshape(1024, 8)
+    assert torch.equal(loaded["model"]["weight"], expected)
+    assert torch.equal(loaded["optimizer"]["state"][0]["exp_avg"], expected * 2)
+    assert loaded["step"] == 5 and loaded["optimizer"]["param_groups"] == [{"params": [0]}]
+    # Rank 0 alone wrote the whole state under ddp: one data file.
+    assert sorted(path.name for path in (tmp_path / "whole").iterdir()) == [".metadata", "__0_0.distcp"]
