@@ -135,20 +135,35 @@ class SLURMEnvironment:
         self.requeue_signal = requeue_signal
         self.requeue_handler: RequeueHandler | None = None
         self._callback: RequeueCallback | None = None
+        self._deferred = False
         self._saved_variables: dict[str, str | None] = {}
 
     # -- requeue API, for the Trainer and for users with their own loop -----------------------------------
 
-    def set_requeue_callback(self, callback: Callable[[], Any] | None) -> bool:
-        """Register what runs in every process on the requeue signal, before rank 0 requeues the job.
+    def set_requeue_callback(self, callback: Callable[[], Any] | None, *, deferred: bool = False) -> bool:
+        """Register what runs in every process before rank 0 requeues the job.
 
         :param callback: A function of no arguments, typically saving a checkpoint; ``None`` removes it.
+        :param deferred: ``False``: the signal handler runs the callback and requeues at once. ``True``: the
+            handler only sets :attr:`requeue_requested`; the loop agrees on it across ranks at a step
+            boundary and calls :meth:`requeue` on every rank (safe for callbacks that run collectives).
         :return: Whether auto-requeue is on (``False`` when built with ``auto_requeue=False``).
         """
-        self._callback = callback
+        self._callback, self._deferred = callback, deferred
         if self.requeue_handler is not None:
-            self.requeue_handler.callback = callback
+            self.requeue_handler.callback, self.requeue_handler.deferred = callback, deferred
         return self.auto_requeue
+
+    @property
+    def requeue_requested(self) -> bool:
+        """Whether the requeue signal arrived in this process (what a deferred loop polls)."""
+        return self.requeue_handler is not None and self.requeue_handler.received
+
+    def requeue(self) -> None:
+        """Run the callback here and, on global rank 0, requeue the job (a deferred loop calls this)."""
+        handler = self.requeue_handler or RequeueHandler(_read_int("SLURM_PROCID") or 0, self.requeue_signal)
+        handler.callback = self._callback
+        handler.run()
 
     def install_requeue_handler(self) -> RequeueHandler | None:
         """Take over the requeue signal now (done for you when a run starts); ``None`` when turned off."""
@@ -156,7 +171,7 @@ class SLURMEnvironment:
             return None
         if self.requeue_handler is None:
             self.requeue_handler = RequeueHandler(_read_int("SLURM_PROCID") or 0, self.requeue_signal)
-            self.requeue_handler.callback = self._callback
+        self.requeue_handler.callback, self.requeue_handler.deferred = self._callback, self._deferred
         self.requeue_handler.install()
         return self.requeue_handler
 

@@ -6,10 +6,18 @@ calls the registered save callback in every process, then global rank 0 runs
 ``scontrol requeue <job>`` (``<array job>_<array task>`` for array jobs): SLURM ends the job and queues
 it again under the same id, and the restarted job resumes from the checkpoint.
 
-The callback runs inside a Python signal handler, in the main thread, between two bytecodes of whatever
-the process was doing. Every rank is interrupted, so a callback that runs collectives (a barrier, a
-rank-0-writes save) meets the other ranks in the same callback. If the callback raises, the job is not
-requeued and the error propagates: a save that fails would fail again after every restart.
+Two modes:
+
+- **immediate** (the default, as Lightning does): the callback runs inside the Python signal handler, in
+  the main thread, between two bytecodes of whatever the process was doing. Every rank is interrupted,
+  so a callback running collectives usually meets the other ranks in the same callback, but a rank that
+  is blocked inside a collective of the training step when the signal lands pairs it with the wrong one.
+- **deferred**: the handler only records the signal (:attr:`RequeueHandler.received`). The training loop
+  checks it at a step boundary, agrees across ranks (an all-reduce of the flag), and calls
+  :meth:`RequeueHandler.run` on every rank: the save's collectives then line up by construction.
+
+If the callback raises, the job is not requeued and the error propagates: a save that fails would fail
+again after every restart.
 """
 
 from __future__ import annotations
@@ -61,11 +69,13 @@ class RequeueHandler:
 
     :param global_rank: This process's rank; only rank 0 requeues.
     :param signum: The signal to handle (``SIGUSR1``, as in ``#SBATCH --signal=USR1@90``).
+    :param deferred: Only record the signal in :attr:`received`; the loop calls :meth:`run` itself.
     """
 
-    def __init__(self, global_rank: int, signum: int = signal.SIGUSR1) -> None:
+    def __init__(self, global_rank: int, signum: int = signal.SIGUSR1, deferred: bool = False) -> None:
         self.global_rank = global_rank
         self.signum = signum
+        self.deferred = deferred
         self.callback: RequeueCallback | None = None
         self.received = False
         self._previous: Any = None
@@ -111,14 +121,15 @@ class RequeueHandler:
         self._handling = True
         try:
             self.received = True
-            self.run()
+            if not self.deferred:
+                self.run()
         finally:
             self._handling = False
         if callable(self._previous):
             self._previous(signum, frame)
 
     def run(self) -> None:
-        """Save (every rank), then requeue (rank 0). What the signal triggers; callable directly in tests."""
+        """Save (every rank), then requeue (rank 0): what the signal triggers, or what a deferred loop calls."""
         log.info("rank %d: received %s, saving before requeue", self.global_rank, signal.Signals(self.signum).name)
         if self.callback is not None:
             self.callback()

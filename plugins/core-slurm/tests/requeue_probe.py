@@ -1,9 +1,15 @@
 """A job that checkpoints on SLURM's requeue signal and resumes after the requeue (test_slurm_requeue.py).
 
-``srun python requeue_probe.py DIR``: every task resolves core (the slurm environment is detected),
-registers a save callback and counts steps, writing ``DIR/ready-<rank>`` once it is ready for the signal.
-On SIGUSR1 each task writes ``DIR/checkpoint-<rank>.json`` and rank 0 requeues the job. After the restart
-each task finds its checkpoint, writes ``DIR/resumed-<rank>.json`` and exits 0.
+``srun python requeue_probe.py DIR MODE``, MODE being:
+
+- ``immediate``: the slurm environment's default handler, without torch: on SIGUSR1 every task writes
+  ``DIR/checkpoint-<rank>.json`` inside the signal handler and rank 0 requeues;
+- ``deferred``: a ``Lite(strategy="ddp")`` loop over gloo; the handler only records the signal, the loop
+  agrees on it across ranks each step (an all-reduce), then every rank calls ``environment.requeue()``,
+  whose callback is a collective ``Lite.save`` (rank 0 writes ``DIR/checkpoint.pt``, then a barrier).
+
+Every task writes ``DIR/ready-<rank>`` once it is ready for the signal. After the restart each task finds
+the checkpoint, writes ``DIR/resumed-<rank>.json`` (the step it saved, ``SLURM_RESTART_COUNT``) and exits 0.
 """
 
 from __future__ import annotations
@@ -14,37 +20,82 @@ import sys
 import time
 from pathlib import Path
 
-from environment_probe import ProbeStrategy
-
-import core
+DEADLINE = 120.0
 
 
-def main() -> int:
-    directory = Path(sys.argv[1])
-    rank = int(os.environ["SLURM_PROCID"])
+def resumed(directory: Path, rank: int, step: int) -> None:
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    (directory / f"resumed-{rank}.json").write_text(json.dumps({"step": step, "restart_count": restarts}))
+
+
+def immediate(directory: Path, rank: int) -> int:
+    from core_slurm import SLURMEnvironment
+
     checkpoint = directory / f"checkpoint-{rank}.json"
     if checkpoint.exists():
-        state = json.loads(checkpoint.read_text())
-        resumed = {**state, "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0"))}
-        (directory / f"resumed-{rank}.json").write_text(json.dumps(resumed))
+        resumed(directory, rank, json.loads(checkpoint.read_text())["step"])
         return 0
-
-    active = core.resolve(accelerator="cpu", strategy=ProbeStrategy(), devices=int(os.environ["SLURM_NTASKS"]))
-    assert active.config.environment == "slurm", active.config.environment
     step = 0
 
     def save() -> None:
         partial = checkpoint.with_suffix(".partial")
-        partial.write_text(json.dumps({"step": step, "rank": rank, "saved_at": time.time()}))
+        partial.write_text(json.dumps({"step": step, "rank": rank}))
         partial.replace(checkpoint)
 
-    active.environment.set_requeue_callback(save)  # type: ignore[attr-defined]
+    environment = SLURMEnvironment()
+    assert environment.environment_detect() is environment
+    environment.set_requeue_callback(save)
+    environment.install_requeue_handler()  # what a run does when it starts (core_attach)
     (directory / f"ready-{rank}").touch()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
         step += 1
         time.sleep(0.01)
     return 1  # never signalled
+
+
+def deferred(directory: Path, rank: int) -> int:
+    import torch
+    from core_slurm import SLURMEnvironment
+
+    import core
+
+    checkpoint = directory / "checkpoint.pt"
+    lite = core.Lite(accelerator="cpu", strategy="ddp", devices=2)
+
+    def train(lite: core.Lite) -> int:
+        environment = lite.active.environment
+        assert isinstance(environment, SLURMEnvironment), lite.active.config.environment
+        model = torch.nn.Linear(4, 1)
+        model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.01))
+        state = {"model": model, "optimizer": optimizer, "step": 0}
+        if checkpoint.exists():
+            lite.load(checkpoint, state)
+            resumed(directory, lite.global_rank, state["step"])
+            return 0
+        environment.set_requeue_callback(lambda: lite.save(checkpoint, state), deferred=True)
+        (directory / f"ready-{lite.global_rank}").touch()
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline:
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            optimizer.zero_grad()
+            lite.backward(loss)
+            optimizer.step()
+            state["step"] += 1
+            requested = torch.tensor(float(environment.requeue_requested))
+            if lite.all_reduce(requested, reduce_op="max").item() > 0:
+                environment.requeue()
+                return 0
+            time.sleep(0.01)
+        return 1
+
+    return int(lite.launch(train) or 0)
+
+
+def main() -> int:
+    directory, mode = Path(sys.argv[1]), sys.argv[2]
+    rank = int(os.environ["SLURM_PROCID"])
+    return immediate(directory, rank) if mode == "immediate" else deferred(directory, rank)
 
 
 if __name__ == "__main__":

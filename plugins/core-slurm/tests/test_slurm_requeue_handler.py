@@ -153,3 +153,21 @@ def test_a_second_handler_replaces_a_forgotten_one_instead_of_requeuing_twice(sc
     forgotten.uninstall()  # no longer owns the signal: changes nothing
     current.uninstall()
     assert signal.getsignal(signal.SIGUSR1) == before
+
+
+def test_deferred_mode_only_records_the_signal_until_the_loop_requeues(
+    scontrol_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    environment = SLURMEnvironment()
+    saved: list[int] = []
+    environment.set_requeue_callback(lambda: saved.append(1), deferred=True)
+    environment.install_requeue_handler()
+    assert not environment.requeue_requested
+    send_sigusr1()
+    assert environment.requeue_requested
+    assert saved == [] and not scontrol_log.exists()  # nothing ran inside the signal handler
+    environment.requeue()  # what the loop does at its next step boundary
+    assert saved == [1]
+    assert scontrol_log.read_text() == "requeue 4242\n"
+    environment.environment_teardown()
