@@ -84,8 +84,22 @@ SAVER = """
 """
 
 
-def kill_during_second_save(tmp_path: Path, mode: str) -> tuple[Path, str]:
-    """Run the saver, SIGKILL it while the big save is being written, return the target and its output."""
+def kill_during_second_save(tmp_path: Path, mode: str, attempts: int = 3) -> tuple[Path, str]:
+    """Run the saver and SIGKILL it while the big save is being written; return the target and the output.
+
+    On a loaded machine this process may not be scheduled before the save completes; such a run proves
+    nothing, so it is tried again in a fresh directory.
+    """
+    for attempt in range(attempts):
+        directory = tmp_path / f"attempt-{attempt}"
+        directory.mkdir()
+        target, output = _kill_once(directory, mode)
+        if "second saved" not in output:
+            return target, output
+    raise AssertionError(f"The save finished before the kill in {attempts} attempts; the machine is too slow.")
+
+
+def _kill_once(tmp_path: Path, mode: str) -> tuple[Path, str]:
     script = tmp_path / "saver.py"
     script.write_text(textwrap.dedent(SAVER))
     target = tmp_path / "run.ckpt"
@@ -113,7 +127,7 @@ def kill_during_second_save(tmp_path: Path, mode: str) -> tuple[Path, str]:
 @pytest.mark.timeout(120)
 def test_the_previous_checkpoint_loads_after_a_killed_save(tmp_path: Path) -> None:
     target, output = kill_during_second_save(tmp_path, "lite")
-    assert "second saved" not in output
+    assert "second saved" not in output  # the kill really came during the save
 
     def load(lite: core.Lite) -> dict[str, Any]:
         return lite.load(target)
@@ -121,7 +135,7 @@ def test_the_previous_checkpoint_loads_after_a_killed_save(tmp_path: Path) -> No
     checkpoint = core.Lite(accelerator="cpu", devices=1).launch(load)
     assert checkpoint["generation"] == 1 and torch.equal(checkpoint["weights"], torch.ones(4))
     # What the kill left behind: a partial temporary file next to the target, never the target itself.
-    (stray,) = tmp_path.glob(".run.ckpt.*.tmp")
+    (stray,) = target.parent.glob(".run.ckpt.*.tmp")
     assert 1_000_000 < stray.stat().st_size < 256 * 1024 * 1024
 
 
