@@ -1,0 +1,272 @@
+"""The Trainer's checkpoint: one function builds it, one restores it (see docs/trainer.md, "Checkpoints").
+
+A checkpoint holds everything a run needs to continue as if it had never stopped: the module's weights,
+every optimizer and scheduler, the precision's state (added by ``Lite.save``), the loop position, the
+epoch accumulation of logged metrics, the random number generators of every rank, the state of each
+callback and of the DataModule. Everything in it is tensors and plain containers, so it loads with
+``weights_only=True``.
+
+Only ``Lite.save`` / ``Lite.load`` touch storage: the strategy decides which ranks write and read, the
+checkpoint_io how bytes reach the disk.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import torch
+
+from core._errors import CheckpointError, ConfigurationError
+
+if TYPE_CHECKING:
+    from core.lite import Lite
+    from core.trainer import Trainer
+
+FORMAT: Final = "core.trainer/1"
+"""The ``format`` entry of a Trainer checkpoint; a loader refuses what it does not know."""
+
+CHECKPOINT_SUFFIX: Final = ".ckpt"
+
+
+@attrs.define
+class FitProgress:
+    """Where the fit loop is. A checkpoint saved at any of the loop's save points restores it exactly.
+
+    :param epoch: The epoch being run (0-based).
+    :param global_step: Optimizer steps taken since the start of training.
+    :param batches_done: Training batches finished in this epoch.
+    :param total_batches: Training batches finished since the start of training.
+    :param validated: Whether the validation due after ``batches_done`` batches has run.
+    :param epoch_finished: Whether the end of ``epoch`` (its hooks, metrics and schedulers) is done.
+    """
+
+    epoch: int = 0
+    global_step: int = 0
+    batches_done: int = 0
+    total_batches: int = 0
+    validated: bool = True
+    epoch_finished: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> FitProgress:
+        names = {field.name for field in attrs.fields(cls)}
+        return cls(**{name: value for name, value in saved.items() if name in names})
+
+
+class StatefulList:
+    """Several stateful objects saved as one list of state dicts (optimizers, schedulers)."""
+
+    def __init__(self, items: Sequence[Any], what: str) -> None:
+        self.items = list(items)
+        self.what = what
+
+    def state_dict(self) -> list[Any]:
+        return [item.state_dict() for item in self.items]
+
+    def load_state_dict(self, states: list[Any]) -> None:
+        if len(states) != len(self.items):
+            raise CheckpointError(
+                f"The checkpoint holds {len(states)} {self.what}, but configure_optimizers gave {len(self.items)}; "
+                f"resume with the same optimizers and schedulers, or load only the weights."
+            )
+        for item, state in zip(self.items, states, strict=False):
+            item.load_state_dict(state)
+
+
+# -------------------------------------------------------------------------------------------------
+# Random number generators, packed into fixed-size tensors so that every rank's can be gathered
+# -------------------------------------------------------------------------------------------------
+
+
+def _numpy_random() -> Any:
+    try:
+        import numpy
+    except ImportError:  # numpy is optional
+        return None
+    return numpy.random
+
+
+def capture_rng() -> dict[str, torch.Tensor]:
+    """This process's generator states: torch (CPU and initialised CUDA devices), ``random``, numpy."""
+    version, internal, gauss = random.getstate()
+    python = [float(version), *map(float, internal), float(gauss is not None), float(gauss or 0.0)]
+    state = {"torch": torch.get_rng_state(), "python": torch.tensor(python, dtype=torch.float64)}
+    numpy_random = _numpy_random()
+    if numpy_random is not None:
+        _, keys, position, has_gauss, cached = numpy_random.get_state()
+        numbers = [*map(float, keys), float(position), float(has_gauss), float(cached)]
+        state["numpy"] = torch.tensor(numbers, dtype=torch.float64)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.stack(torch.cuda.get_rng_state_all())
+    return state
+
+
+def restore_rng(state: dict[str, torch.Tensor]) -> None:
+    """Set this process's generators from :func:`capture_rng`'s result."""
+    torch.set_rng_state(state["torch"].to("cpu", torch.uint8))
+    python = [int(value) for value in state["python"][:-2].tolist()]
+    has_gauss, gauss = state["python"][-2:].tolist()
+    random.setstate((python[0], tuple(python[1:]), gauss if has_gauss else None))
+    numpy_random = _numpy_random()
+    if numpy_random is not None and "numpy" in state:
+        import numpy
+
+        numbers = state["numpy"].tolist()
+        keys = numpy.array(numbers[:-3], dtype=numpy.uint32)
+        numpy_random.set_state(("MT19937", keys, int(numbers[-3]), int(numbers[-2]), numbers[-1]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(list(state["cuda"].to("cpu", torch.uint8)))
+
+
+def gather_rng(lite: Lite, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every rank's generator states, stacked by global rank (one all_gather per generator)."""
+    gathered = {}
+    for name in sorted(state):
+        gathered[name] = lite.all_gather(state[name].to(lite.device)).cpu()
+    return gathered
+
+
+def rng_of_rank(saved: dict[str, torch.Tensor], global_rank: int) -> dict[str, torch.Tensor] | None:
+    """The generator states of ``global_rank`` in a gathered record, ``None`` when that rank was not saved."""
+    if global_rank >= saved["torch"].shape[0]:
+        return None
+    return {name: stacked[global_rank] for name, stacked in saved.items()}
+
+
+# -------------------------------------------------------------------------------------------------
+# The state of a whole run
+# -------------------------------------------------------------------------------------------------
+
+
+def plain_hyperparameters(hparams: dict[str, Any]) -> dict[str, Any]:
+    """Hyperparameters that load with ``weights_only=True``: anything else is kept as its ``repr``."""
+
+    def plain(value: Any) -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+            return {key: plain(item) for key, item in value.items()}
+        return repr(value)
+
+    return {str(name): plain(value) for name, value in hparams.items()}
+
+
+def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
+    """Everything needed to resume the current run of ``trainer``, for ``Lite.save``.
+
+    Must be called on every rank at the same point (it gathers every rank's generator states). Modules,
+    optimizers and schedulers appear as objects; ``Lite.save`` turns them into state dicts and adds the
+    precision's state. ``weights_only`` keeps the weights and hyperparameters only.
+    """
+    module = trainer.attached_module()
+    state: dict[str, Any] = {
+        "format": FORMAT,
+        "state_dict": module,
+        "hyper_parameters": plain_hyperparameters(dict(module.hparams)),
+        "epoch": trainer.current_epoch,
+        "global_step": trainer.global_step,
+    }
+    if weights_only:
+        return state
+    progress = trainer._progress
+    state.update(
+        {
+            "optimizer_states": StatefulList(trainer.optimizers, "optimizers"),
+            "lr_schedulers": StatefulList([config.scheduler for config in trainer.lr_scheduler_configs], "schedulers"),
+            "loops": progress.as_dict(),
+            # The epoch's accumulated metrics matter only when the epoch is not finished.
+            "results": {} if progress.epoch_finished else trainer._train_metrics.state_dict(),
+            "rng": gather_rng(trainer.lite, capture_rng()),
+            "rng_epoch_start": gather_rng(trainer.lite, trainer._epoch_start_rng or capture_rng()),
+            "callbacks": {
+                callback.state_key: callback.state_dict() for callback in trainer.callbacks if callback.state_dict()
+            },
+        }
+    )
+    if trainer.datamodule is not None:
+        state["datamodule"] = trainer.datamodule.state_dict()
+    return state
+
+
+def restore_checkpoint_state(trainer: Trainer, path: str, weights_only: bool = False) -> dict[str, Any]:
+    """Restore from ``path`` everything :func:`checkpoint_state` saved, on every rank.
+
+    Weights, optimizers, schedulers and the precision are loaded in place (through ``Lite.load``);
+    callbacks, the DataModule, the loop position and the epoch's metrics are set; the generator states
+    are kept in ``trainer._resume_rng`` for the fit loop to apply just before it draws its next batches.
+    ``weights_only`` loads the weights only (``validate`` / ``test`` / ``predict``, or fine-tuning).
+
+    :return: The remaining entries of the checkpoint (your own, from ``on_save_checkpoint``).
+    """
+    module = trainer.attached_module()
+    targets: dict[str, Any] = {"state_dict": module}
+    if not weights_only:
+        targets["optimizer_states"] = StatefulList(trainer.optimizers, "optimizers")
+        targets["lr_schedulers"] = StatefulList(
+            [config.scheduler for config in trainer.lr_scheduler_configs], "schedulers"
+        )
+    try:
+        rest = trainer.lite.load(path, targets)
+    except CheckpointError as error:
+        if weights_only or "has no entry for" not in str(error):
+            raise
+        raise CheckpointError(
+            f"{error} It was saved with weights only (save_weights_only=True), so training cannot resume from "
+            f"it; load the weights with trainer.validate / test, or start fit() without ckpt_path."
+        ) from None
+    found = rest.get("format")
+    if found != FORMAT:
+        raise CheckpointError(f"{path!r} is not a Trainer checkpoint of format {FORMAT!r} (its format: {found!r}).")
+    module.on_load_checkpoint(rest)
+    for callback in trainer.callbacks:
+        callback.on_load_checkpoint(trainer, module, rest)
+    if weights_only:
+        return rest
+    saved_callbacks = rest.get("callbacks", {})
+    for callback in trainer.callbacks:
+        if callback.state_key in saved_callbacks:
+            callback.load_state_dict(saved_callbacks[callback.state_key])
+    if trainer.datamodule is not None and "datamodule" in rest:
+        trainer.datamodule.load_state_dict(rest["datamodule"])
+    trainer._progress = FitProgress.from_dict(rest["loops"])
+    trainer._train_metrics.load_state_dict(rest.get("results", {}))
+    trainer._resume_rng = (
+        rng_of_rank(rest["rng"], trainer.global_rank),
+        rng_of_rank(rest["rng_epoch_start"], trainer.global_rank),
+    )
+    return rest
+
+
+# -------------------------------------------------------------------------------------------------
+# ckpt_path="last" / "best"
+# -------------------------------------------------------------------------------------------------
+
+
+def _newest(paths: Sequence[str]) -> str | None:
+    existing = [path for path in paths if os.path.isfile(path)]
+    if not existing:
+        return None
+    return max(existing, key=lambda path: (os.stat(path).st_mtime_ns, path))
+
+
+def find_last(directories: Sequence[str], known: Sequence[str]) -> str | None:
+    """The most recently written checkpoint among ``known`` paths and the ``*.ckpt`` files of ``directories``."""
+    candidates = list(known)
+    for directory in directories:
+        candidates.extend(glob.glob(os.path.join(glob.escape(directory), f"*{CHECKPOINT_SUFFIX}")))
+    return _newest(candidates)
+
+
+def check_ckpt_path(ckpt_path: object) -> None:
+    if ckpt_path is not None and not isinstance(ckpt_path, (str, os.PathLike)):
+        raise ConfigurationError(f"ckpt_path={ckpt_path!r}: expected a path, 'last', 'best' or None.")

@@ -1,0 +1,163 @@
+"""The DataLoaders of a Trainer run: where they come from, how they are split, how many batches are used.
+
+Training loaders go through ``Lite.setup_dataloaders`` as they are: the strategy's ``DistributedSampler``
+pads the dataset so that every process gets as many samples, which training needs (every process must
+take the same number of steps).
+
+Evaluation loaders must not count a sample twice. When Lite gave one a ``DistributedSampler``, the Trainer
+replaces it by a :class:`ShardSampler`: process ``r`` of ``W`` reads samples ``r, r + W, r + 2W, ...``, no
+padding. The processes then hold at most one sample more or less than each other, which can leave one
+process a batch short; that process runs one *filler* batch (a copy of its first sample), so that every
+process calls the model (and any collective inside it) equally often, and the filler's logged values and
+predictions are discarded. Epoch metrics are therefore exact over the dataset.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import attrs
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Sampler
+
+from core._errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from core.lite import Lite
+    from core.module import DataModule, Module
+
+# DataLoader arguments that describe the sampling; every other argument is copied when rebuilding.
+_SAMPLING: Final = frozenset({"self", "dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"})
+
+
+class ShardSampler(Sampler[int]):
+    """This process's share of an evaluation dataset, without padding.
+
+    :param length: The dataset's length.
+    :param num_replicas: How many processes share it.
+    :param rank: This process's index among them.
+    :param batch_size: The loader's batch size, to add one filler sample when this process would run one
+        batch fewer than the process with the most samples.
+    """
+
+    def __init__(self, length: int, num_replicas: int, rank: int, batch_size: int) -> None:
+        self.indices = list(range(rank, length, num_replicas))
+        most = math.ceil(length / num_replicas)
+        self.real_batches = math.ceil(len(self.indices) / batch_size)
+        if self.real_batches < math.ceil(most / batch_size):
+            self.indices.append(self.indices[0] if self.indices else 0)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+@attrs.frozen
+class PreparedLoader:
+    """A set-up DataLoader, the batches to use from it, and how many of them are real (not fillers)."""
+
+    loader: DataLoader[Any]
+    batches: float  # a whole number, or inf for a loader without a length
+    real_batches: float
+
+
+def _copied_arguments(loader: DataLoader[Any]) -> dict[str, Any]:
+    parameters = inspect.signature(DataLoader.__init__).parameters
+    return {name: getattr(loader, name) for name in parameters if name not in _SAMPLING and hasattr(loader, name)}
+
+
+def _length(loader: DataLoader[Any]) -> float:
+    try:
+        return float(len(loader))
+    except TypeError:  # an IterableDataset without __len__
+        return math.inf
+
+
+def limited(limit: int | float, length: float, flag: str) -> float:
+    """How many batches a ``limit_*_batches`` value allows out of ``length``."""
+    if isinstance(limit, float):
+        if limit == 1.0:
+            return length
+        if math.isinf(length):
+            raise ConfigurationError(
+                f"{flag}={limit} is a fraction, but the DataLoader has no length (an IterableDataset); pass a "
+                f"number of batches instead."
+            )
+        return float(int(length * limit))
+    return min(float(limit), length)
+
+
+def check_limit(value: object, flag: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{flag}={value!r}: expected a number of batches (int) or a fraction (float in 0..1).")
+    if isinstance(value, float) and not 0.0 <= value <= 1.0:
+        raise ConfigurationError(f"{flag}={value!r}: a fraction must lie in 0.0..1.0 (or pass an int of batches).")
+    if isinstance(value, int) and value < 0:
+        raise ConfigurationError(f"{flag}={value!r}: expected 0 or more batches.")
+    return value
+
+
+def as_loader_list(found: Any, where: str) -> list[DataLoader[Any]]:
+    if found is None:
+        return []
+    loaders = list(found) if isinstance(found, (list, tuple)) else [found]
+    for loader in loaders:
+        if not isinstance(loader, DataLoader):
+            raise ConfigurationError(f"{where} gave {loader!r}; expected a torch.utils.data.DataLoader (or a list).")
+    return loaders
+
+
+def find_loaders(kind: str, given: Any, datamodule: DataModule | None, module: Module) -> list[DataLoader[Any]]:
+    """The loaders of ``kind`` ("train", "val", ...): the given ones, else the DataModule's, else the Module's."""
+    method = f"{kind}_dataloader"
+    if given is not None:
+        return as_loader_list(given, f"the {kind} dataloaders argument")
+    if datamodule is not None:
+        found = getattr(datamodule, method)()
+        if found is not None:
+            return as_loader_list(found, f"{type(datamodule).__qualname__}.{method}()")
+    return as_loader_list(getattr(module, method)(), f"{type(module).__qualname__}.{method}()")
+
+
+def prepare_train_loader(lite: Lite, loader: DataLoader[Any], limit: int | float) -> PreparedLoader:
+    prepared = lite.setup_dataloaders(loader, move_to_device=False).loader  # type: ignore[union-attr]
+    batches = limited(limit, _length(prepared), "limit_train_batches")
+    return PreparedLoader(prepared, batches, batches)
+
+
+def prepare_eval_loader(lite: Lite, loader: DataLoader[Any], limit: int | float, flag: str) -> PreparedLoader:
+    """Set up an evaluation loader; where the strategy splits data, split it without padding."""
+    prepared = lite.setup_dataloaders(loader, move_to_device=False).loader  # type: ignore[union-attr]
+    sampler = prepared.sampler
+    real = math.inf
+    shardable = (
+        isinstance(sampler, DistributedSampler)
+        and type(loader) is DataLoader
+        and not isinstance(loader.dataset, IterableDataset)
+        and loader.batch_size is not None
+        and not loader.drop_last
+        and not isinstance(loader.sampler, DistributedSampler)  # the user's own split stays
+    )
+    if shardable:
+        distributed = cast("DistributedSampler[Any]", sampler)
+        length = len(loader.dataset)  # type: ignore[arg-type]  # a map-style dataset has a length
+        shard = ShardSampler(length, distributed.num_replicas, distributed.rank, cast(int, loader.batch_size))
+        rebuilt = DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=shard, **_copied_arguments(loader))
+        prepared = lite.setup_dataloaders(rebuilt, use_distributed_sampler=False, move_to_device=False).loader  # type: ignore[union-attr]
+        real = shard.real_batches
+    batches = limited(limit, _length(prepared), flag)
+    return PreparedLoader(prepared, batches, min(real, batches))
+
+
+def epoch_setters(loader: DataLoader[Any]) -> Sequence[Any]:
+    """``set_epoch`` of the loader's sampler and batch sampler's sampler, where they have one."""
+    setters: list[Any] = []
+    for sampler in (loader.sampler, getattr(loader.batch_sampler, "sampler", None)):
+        set_epoch = getattr(sampler, "set_epoch", None)
+        if callable(set_epoch) and set_epoch not in setters:
+            setters.append(set_epoch)
+    return setters

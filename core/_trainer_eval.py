@@ -1,0 +1,175 @@
+"""The evaluation loops: validation (inside fit, and ``Trainer.validate``), test and predict.
+
+Each run of a loop records into a fresh :class:`MetricStore`; its epoch values become
+``trainer.callback_metrics`` and go to the loggers at the current global step (not for the sanity check).
+The model runs in eval mode under ``torch.inference_mode`` (or ``no_grad``), through the set-up module,
+and every module's train / eval mode is put back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from core._trainer_data import PreparedLoader
+from core._trainer_logging import EPOCH, EVAL_BATCH, MetricStore
+
+if TYPE_CHECKING:
+    from core.trainer import Trainer
+
+_STEP_METHODS = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
+
+
+def batches(prepared: PreparedLoader, limit: float) -> Iterator[tuple[int, Any]]:
+    """``(index, batch)`` pairs of the loader, at most ``limit`` of them, without fetching one more."""
+    if limit <= 0:
+        return
+    for index, batch in enumerate(prepared.loader):
+        yield index, batch
+        if index + 1 >= limit:
+            return
+
+
+@contextlib.contextmanager
+def eval_mode(module: torch.nn.Module) -> Iterator[None]:
+    """Eval mode for the whole module, then each submodule's own mode back (frozen parts stay frozen)."""
+    modes = [(submodule, submodule.training) for submodule in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for submodule, training in modes:
+            submodule.training = training
+
+
+def _no_grad(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
+    return torch.inference_mode() if trainer.inference_mode else torch.no_grad()
+
+
+def new_store(trainer: Trainer) -> MetricStore:
+    lite = trainer.lite
+    reduce = (lambda tensor, op: lite.all_reduce(tensor, reduce_op=op)) if lite.world_size > 1 else None
+    return MetricStore(reduce, lite.is_global_zero, lite.device)
+
+
+def _run_batches(
+    trainer: Trainer, kind: str, loaders: Sequence[PreparedLoader], store: MetricStore, max_batches: float | None,
+    outputs: list[list[Any]] | None,
+) -> None:
+    """Every batch of every loader through ``<kind>_step`` and its hooks; fillers' outputs are dropped."""
+    module, hooks, to_device = trainer.module, trainer._hooks, trainer.lite.to_device
+    assert module is not None
+    step_module = trainer._step_module
+    start_hooks, end_hooks = hooks[f"on_{kind}_batch_start"], hooks[f"on_{kind}_batch_end"]
+    module_start, module_end = getattr(module, f"on_{kind}_batch_start"), getattr(module, f"on_{kind}_batch_end")
+    several = len(loaders) > 1
+    for loader_index, prepared in enumerate(loaders):
+        store.enter(EVAL_BATCH, loader_index if several else None)
+        extra = (loader_index,) if several else ()
+        limit = prepared.batches if max_batches is None else min(prepared.batches, max_batches)
+        kept: list[Any] = []
+        for batch_index, raw_batch in batches(prepared, limit):
+            store.new_batch(raw_batch)
+            store.filler = batch_index >= prepared.real_batches
+            batch = to_device(raw_batch)
+            for hook in start_hooks:
+                hook(trainer, module, batch, batch_index, loader_index)
+            module_start(batch, batch_index, loader_index)
+            output = step_module(batch, batch_index, *extra)
+            module_end(output, batch, batch_index, loader_index)
+            for hook in end_hooks:
+                hook(trainer, module, output, batch, batch_index, loader_index)
+            if outputs is not None and not store.filler:
+                kept.append(output)
+        store.filler = False
+        if outputs is not None:
+            outputs.append(kept)
+
+
+def run_loop(
+    trainer: Trainer, kind: str, loaders: Sequence[PreparedLoader], max_batches: float | None = None,
+    record: bool = True, outputs: list[list[Any]] | None = None,
+) -> dict[str, float]:
+    """One pass of the ``kind`` loop ("validation", "test" or "predict"); returns its epoch values.
+
+    :param record: Put the epoch values into ``callback_metrics`` and the loggers (not for the sanity check).
+    """
+    module, hooks = trainer.module, trainer._hooks
+    assert module is not None
+    store, previous_store = new_store(trainer), trainer._metrics
+    step_module = trainer._step_module
+    dispatcher = step_module.module  # the StepModule inside the strategy's wrapper
+    previous_step = dispatcher.__dict__["step"]
+    trainer._metrics = store
+    dispatcher.use(getattr(module, _STEP_METHODS[kind]))
+    try:
+        with eval_mode(step_module), _no_grad(trainer):
+            store.enter(EPOCH)
+            hooks.call(f"on_{kind}_start", trainer, module)
+            getattr(module, f"on_{kind}_start")()
+            hooks.call(f"on_{kind}_epoch_start", trainer, module)
+            getattr(module, f"on_{kind}_epoch_start")()
+            _run_batches(trainer, kind, loaders, store, max_batches, outputs)
+            store.enter(EPOCH)
+            getattr(module, f"on_{kind}_epoch_end")()
+            hooks.call(f"on_{kind}_epoch_end", trainer, module)
+            values = store.compute_epoch()
+            if record:
+                trainer._record_epoch_values(values, store, log=True)
+            getattr(module, f"on_{kind}_end")()
+            hooks.call(f"on_{kind}_end", trainer, module)
+    finally:
+        dispatcher.use(previous_step)
+        trainer._metrics = previous_store
+    return values
+
+
+def validate_in_fit(trainer: Trainer, loaders: Sequence[PreparedLoader], sanity: bool = False) -> None:
+    """The validation loop as fit runs it: periodically, or a few batches as a sanity check first."""
+    if not loaders:
+        return
+    if not sanity:
+        run_loop(trainer, "validation", loaders)
+        return
+    steps = trainer.num_sanity_val_steps
+    module = trainer.attached_module()
+    trainer.sanity_checking = True
+    try:
+        trainer._hooks.call("on_sanity_check_start", trainer, module)
+        run_loop(trainer, "validation", loaders, max_batches=math.inf if steps == -1 else steps, record=False)
+        trainer._hooks.call("on_sanity_check_end", trainer, module)
+    finally:
+        trainer.sanity_checking = False
+
+
+def _per_loader(values: dict[str, float], count: int) -> list[dict[str, float]]:
+    """Split epoch values by their ``/dataloader_idx_N`` suffix; unsuffixed values belong to every loader."""
+    if count <= 1:
+        return [dict(values)]
+    results: list[dict[str, float]] = [{} for _ in range(count)]
+    for name, value in values.items():
+        head, _, index = name.rpartition("/dataloader_idx_")
+        if head and index.isdigit() and int(index) < count:
+            results[int(index)][name] = value
+        else:
+            for result in results:
+                result[name] = value
+    return results
+
+
+def run_evaluation(trainer: Trainer, stage: str, loaders: Sequence[PreparedLoader]) -> list[dict[str, float]]:
+    """``Trainer.validate`` / ``Trainer.test``: one pass, one dict of epoch values per loader."""
+    kind = "validation" if stage == "validate" else "test"
+    values = run_loop(trainer, kind, loaders)
+    return _per_loader(values, len(loaders))
+
+
+def run_predict(trainer: Trainer, loaders: Sequence[PreparedLoader]) -> Any:
+    """``Trainer.predict``: this process's predictions, a list per loader (one list for one loader)."""
+    outputs: list[list[Any]] = []
+    run_loop(trainer, "predict", loaders, record=False, outputs=outputs)
+    return outputs[0] if len(outputs) == 1 else outputs

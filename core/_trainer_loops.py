@@ -1,0 +1,348 @@
+"""The fit loop: epochs of training batches, validation at its interval, and where a checkpoint resumes.
+
+A training batch, with automatic optimization::
+
+    on_train_batch_start                       (callbacks, then the Module; -1 from the Module ends the epoch)
+    [first batch of an accumulation window]    on_before_zero_grad, optimizer.zero_grad() for each optimizer
+    training_step (as the set-up module's forward; under no_backward_sync unless it is the window's last)
+    on_before_backward, Lite.backward(loss / accumulate_grad_batches), on_after_backward
+    [last batch of the window]                 on_before_optimizer_step, clipping, optimizer.step() for each
+                                               optimizer; global_step += 1; step-interval schedulers
+    on_train_batch_end                         (the Module, then callbacks; checkpoints by step save here)
+    step metrics to the loggers every log_every_n_steps optimizer steps
+    validation, when its interval is reached
+
+The end of an epoch::
+
+    epoch values of the training metrics  ->  on_train_epoch_end (Module, then ordinary callbacks)
+    epoch values again (with what those hooks logged) to the loggers; epoch-interval schedulers
+    on_train_epoch_end of EarlyStopping and ModelCheckpoint  (a checkpoint here resumes at the next epoch)
+
+Nothing per batch goes through pluggy or converts a tensor to a number except what the Lite calls do and
+what is logged at a logging step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from core._errors import ConfigurationError
+from core._trainer_checkpoint import capture_rng, restore_rng
+from core._trainer_data import PreparedLoader, epoch_setters
+from core._trainer_eval import validate_in_fit
+from core._trainer_logging import EPOCH, TRAIN_BATCH
+from core._trainer_optim import step_schedulers
+
+if TYPE_CHECKING:
+    from core.trainer import Trainer
+
+
+def loss_of(output: Any) -> torch.Tensor | None:
+    """The loss in what ``training_step`` returned: the tensor itself, ``output["loss"]``, or ``None`` (skip)."""
+    if output is None or isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict):
+        if "loss" not in output:
+            raise ConfigurationError(
+                f"training_step returned a dict without 'loss' (keys: {sorted(output)}); put the loss under 'loss'."
+            )
+        loss: torch.Tensor = output["loss"]
+        return loss
+    raise ConfigurationError(
+        f"training_step returned a {type(output).__qualname__}; return the loss tensor, a dict with 'loss', or None."
+    )
+
+
+class FitLoop:
+    """The fit loop of one run: per-run constants are read once here, so that a batch costs little."""
+
+    def __init__(self, trainer: Trainer, train: PreparedLoader, val: Sequence[PreparedLoader]) -> None:
+        module = trainer.module
+        assert module is not None
+        self.trainer = trainer
+        self.module = module
+        self.train = train
+        self.val = list(val)
+        self.lite = trainer.lite
+        self.step_module = trainer._step_module
+        self.to_device = trainer.lite.to_device
+        self.backward = trainer.lite.backward
+        self.store = trainer._train_metrics
+        self.optimizers = trainer.optimizers
+        self.schedulers = trainer.lr_scheduler_configs
+        self.step_schedulers = [config for config in self.schedulers if config.interval == "step"]
+        self.accumulate = trainer.accumulate_grad_batches
+        self.log_every = trainer.log_every_n_steps
+        self.clip_value = trainer.gradient_clip_val
+        self.automatic = module.automatic_optimization
+        self.has_val = bool(self.val) and any(loader.batches > 0 for loader in self.val)
+        self.val_every = self._val_every()
+        self.epoch_setters = epoch_setters(train.loader)
+        self.backward_in_window = False
+        hooks = trainer._hooks
+        self.cb_batch_start = hooks["on_train_batch_start"]
+        self.cb_batch_end = hooks["on_train_batch_end"]
+        self.cb_before_backward = hooks["on_before_backward"]
+        self.cb_after_backward = hooks["on_after_backward"]
+        self.cb_before_step = hooks["on_before_optimizer_step"]
+        self.cb_before_zero_grad = hooks["on_before_zero_grad"]
+
+    def _val_every(self) -> float:
+        """Validate when the batch count (in the epoch, or overall) is a multiple of this."""
+        interval = self.trainer.val_check_interval
+        if isinstance(interval, int):
+            return float(interval)
+        if math.isinf(self.train.batches):
+            if interval != 1.0:
+                raise ConfigurationError(
+                    f"val_check_interval={interval} is a fraction of the epoch, but the training DataLoader has no "
+                    f"length; pass a number of batches (int)."
+                )
+            return math.inf  # at the end of the epoch, when the data runs out
+        return float(max(1, int(self.train.batches * interval)))
+
+    # ---------------------------------------------------------------------------------------------
+    # Epochs
+    # ---------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        progress = self.trainer._progress
+        handles = self._count_manual_steps() if not self.automatic else []
+        try:
+            if progress.epoch_finished:  # resumed from a checkpoint taken at the end of an epoch
+                self._advance()
+                self._restore_rng_at_save()
+            while not self._done():
+                self._epoch()
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _done(self) -> bool:
+        trainer, progress = self.trainer, self.trainer._progress
+        if self.train.batches == 0:
+            return True
+        if trainer.max_epochs != -1 and progress.epoch >= trainer.max_epochs:
+            return True
+        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
+            return True
+        return trainer.should_stop and self._minimums_met()
+
+    def _minimums_met(self) -> bool:
+        trainer, progress = self.trainer, self.trainer._progress
+        return progress.epoch >= trainer.min_epochs and progress.global_step >= trainer.min_steps
+
+    def _advance(self) -> None:
+        progress = self.trainer._progress
+        progress.epoch += 1
+        progress.batches_done = 0
+        progress.validated = True
+        progress.epoch_finished = False
+
+    def _restore_rng_at_save(self) -> None:
+        if self.trainer._resume_rng is not None:
+            at_save, _ = self.trainer._resume_rng
+            if at_save is not None:
+                restore_rng(at_save)
+            self.trainer._resume_rng = None
+
+    def _epoch(self) -> None:
+        trainer, progress, module = self.trainer, self.trainer._progress, self.module
+        resuming = progress.batches_done > 0
+        self.store.enter(TRAIN_BATCH)
+        if not resuming:
+            self.store.reset_epoch()
+            trainer._hooks.call("on_train_epoch_start", trainer, module)
+            module.on_train_epoch_start()
+        for set_epoch in self.epoch_setters:
+            set_epoch(progress.epoch)
+        if resuming and trainer._resume_rng is not None and trainer._resume_rng[1] is not None:
+            restore_rng(trainer._resume_rng[1])  # the generators as they were when this epoch's data was drawn
+        trainer._epoch_start_rng = capture_rng()
+        iterator = iter(self.train.loader)
+        exhausted = False
+        if resuming:
+            exhausted = self._skip(iterator, progress.batches_done)
+            self._restore_rng_at_save()
+            if not progress.validated:
+                self._validate()
+        stopped = False
+        while not exhausted and progress.batches_done < self.train.batches:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                exhausted = True
+                break
+            stopped = self._batch(batch, progress.batches_done)
+            if stopped:
+                break
+        if exhausted and not stopped and math.isinf(self.val_every) and self._val_epoch():
+            self._validate()
+        self._epoch_end()
+
+    @staticmethod
+    def _skip(iterator: Any, count: int) -> bool:
+        """Draw the ``count`` batches a resumed epoch already trained on; ``True`` if the data ran out."""
+        for _ in range(count):
+            try:
+                next(iterator)
+            except StopIteration:
+                return True
+        return False
+
+    def _epoch_end(self) -> None:
+        trainer, progress, module, store = self.trainer, self.trainer._progress, self.module, self.store
+        hooks = trainer._hooks
+        store.enter(EPOCH)
+        trainer._record_epoch_values(store.compute_epoch(), store, log=False)
+        module.on_train_epoch_end()
+        hooks.call_epoch_end(trainer, module, after_metrics=False)
+        trainer._record_epoch_values(store.compute_epoch(), store, log=True)
+        step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics)
+        progress.epoch_finished = True
+        hooks.call_epoch_end(trainer, module, after_metrics=True)
+        self._advance()
+        store.enter(TRAIN_BATCH)
+
+    # ---------------------------------------------------------------------------------------------
+    # Batches
+    # ---------------------------------------------------------------------------------------------
+
+    def _batch(self, raw_batch: Any, batch_idx: int) -> bool:
+        """Train on one batch; ``True`` when the epoch must end here."""
+        trainer, progress, module = self.trainer, self.trainer._progress, self.module
+        self.store.new_batch(raw_batch)
+        batch = self.to_device(raw_batch)
+        for hook in self.cb_batch_start:
+            hook(trainer, module, batch, batch_idx)
+        if module.on_train_batch_start(batch, batch_idx) == -1:
+            return True
+        steps_before = progress.global_step
+        output = self._automatic_step(batch, batch_idx) if self.automatic else self.step_module(batch, batch_idx)
+        progress.batches_done += 1
+        progress.total_batches += 1
+        due = self.has_val and self._val_due()
+        progress.validated = not due
+        module.on_train_batch_end(output, batch, batch_idx)
+        for end_hook in self.cb_batch_end:
+            end_hook(trainer, module, output, batch, batch_idx)
+        if progress.global_step != steps_before and progress.global_step % self.log_every == 0 and trainer.loggers:
+            self._log_step()
+        if due:
+            self._validate()
+        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
+            return True
+        return trainer.should_stop and self._minimums_met()
+
+    def _val_epoch(self) -> bool:
+        every_n = self.trainer.check_val_every_n_epoch
+        return every_n is None or (self.trainer._progress.epoch + 1) % every_n == 0
+
+    def _val_due(self) -> bool:
+        progress = self.trainer._progress
+        if not self._val_epoch():
+            return False
+        count = progress.total_batches if self.trainer.check_val_every_n_epoch is None else progress.batches_done
+        return count % self.val_every == 0
+
+    def _validate(self) -> None:
+        validate_in_fit(self.trainer, self.val)
+        self.trainer._progress.validated = True
+
+    def _log_step(self) -> None:
+        metrics = self.store.step_metrics(for_logger=True)
+        if metrics:
+            self.trainer.log_to_loggers(metrics)
+
+    def _automatic_step(self, batch: Any, batch_idx: int) -> Any:
+        progress = self.trainer._progress
+        accumulate = self.accumulate
+        if accumulate == 1:
+            self._zero_grad()
+            output = self._forward_backward(batch, batch_idx)
+            if self.backward_in_window:
+                self._optimizer_step()
+            return output
+        done = progress.batches_done
+        if done % accumulate == 0:
+            self._zero_grad()
+        last_of_window = (done + 1) % accumulate == 0 or done + 1 >= self.train.batches
+        if last_of_window:
+            output = self._forward_backward(batch, batch_idx)
+            if self.backward_in_window:
+                self._optimizer_step()
+        else:
+            with self.lite.no_backward_sync(self.step_module):
+                output = self._forward_backward(batch, batch_idx)
+        return output
+
+    def _forward_backward(self, batch: Any, batch_idx: int) -> Any:
+        trainer, module = self.trainer, self.module
+        output = self.step_module(batch, batch_idx)
+        loss = loss_of(output)
+        if loss is None:
+            return output
+        if self.accumulate > 1:
+            loss = loss / self.accumulate
+        module.on_before_backward(loss)
+        for hook in self.cb_before_backward:
+            hook(trainer, module, loss)
+        self.backward(loss)
+        module.on_after_backward()
+        for hook in self.cb_after_backward:
+            hook(trainer, module)
+        self.backward_in_window = True
+        return output
+
+    def _zero_grad(self) -> None:
+        trainer, module = self.trainer, self.module
+        for optimizer in self.optimizers:
+            module.on_before_zero_grad(optimizer)
+            for hook in self.cb_before_zero_grad:
+                hook(trainer, module, optimizer)
+            optimizer.zero_grad()
+
+    def _optimizer_step(self) -> None:
+        trainer, module, progress = self.trainer, self.module, self.trainer._progress
+        for optimizer in self.optimizers:
+            module.on_before_optimizer_step(optimizer)
+            for hook in self.cb_before_step:
+                hook(trainer, module, optimizer)
+            if self.clip_value:
+                trainer._clip(optimizer, self.clip_value, trainer.gradient_clip_algorithm)
+            optimizer.step()
+        self.backward_in_window = False
+        progress.global_step += 1
+        if self.step_schedulers:
+            step_schedulers(self.step_schedulers, "step", progress.global_step, lambda: trainer.callback_metrics)
+
+    def _count_manual_steps(self) -> list[Any]:
+        """With manual optimization, every optimizer step the Module takes counts as a global step."""
+        progress = self.trainer._progress
+
+        def count(*_: Any) -> None:
+            progress.global_step += 1
+
+        return [optimizer.optimizer.register_step_post_hook(count) for optimizer in self.optimizers]
+
+
+def run_fit(trainer: Trainer, train: PreparedLoader, val: Sequence[PreparedLoader]) -> None:
+    """``Trainer.fit`` in this process, after setup and any restore."""
+    module, hooks = trainer.module, trainer._hooks
+    assert module is not None
+    hooks.call("on_fit_start", trainer, module)
+    module.on_fit_start()
+    loop = FitLoop(trainer, train, val)
+    if loop.has_val and trainer.num_sanity_val_steps != 0:
+        validate_in_fit(trainer, val, sanity=True)
+    hooks.call("on_train_start", trainer, module)
+    module.on_train_start()
+    loop.run()
+    module.on_train_end()
+    hooks.call("on_train_end", trainer, module)
+    module.on_fit_end()
+    hooks.call("on_fit_end", trainer, module)

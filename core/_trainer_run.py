@@ -1,0 +1,282 @@
+"""One run of a Trainer entry point, as it happens in every process of a ``Lite`` launch.
+
+:func:`run_stage` is what ``Trainer.fit`` (``validate``, ``test``, ``predict``) hands to ``Lite.launch``:
+attach the Module and DataModule, prepare and set up the data, set the model and optimizers up through
+Lite, restore a checkpoint, run the loop, and tear down in ``finally``. When the strategy ran it in other
+processes (``ddp_spawn``), rank 0 sends an :class:`Outcome` back so that the caller's model and trainer
+hold the trained weights and the metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import torch
+
+from core._errors import ConfigurationError, CoreWarning
+from core._trainer_checkpoint import FitProgress, find_last, restore_checkpoint_state
+from core._trainer_data import find_loaders, prepare_eval_loader, prepare_train_loader
+from core._trainer_logging import MetricStore
+from core._trainer_optim import parse_optimizers
+from core.callbacks._callback import CallbackHooks
+
+if TYPE_CHECKING:
+    from core.lite import Lite
+    from core.module import DataModule, Module
+    from core.trainer import Trainer
+
+
+class StepModule(torch.nn.Module):
+    """What the strategy wraps: its forward runs the Module's current step method.
+
+    The Trainer calls ``training_step`` (or ``validation_step``, ...) as the forward of the set-up module,
+    so that the strategy's wrapper (DDP's gradient hooks, FSDP's gathers) and the precision's autocast
+    and conversions cover the whole step, as ``model(x)`` would in a Lite loop.
+    """
+
+    def __init__(self, module: Module) -> None:
+        super().__init__()
+        self.module = module
+        self.__dict__["step"] = module.training_step
+
+    def use(self, step: Any) -> None:
+        self.__dict__["step"] = step
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__dict__["step"](*args, **kwargs)
+
+
+@attrs.frozen
+class Outcome:
+    """What rank 0 of a run in other processes sends back to the process that called the entry point."""
+
+    result: Any
+    module_state: dict[str, Any]
+    progress: dict[str, Any]
+    callback_states: dict[str, Any]
+    callback_metrics: dict[str, float]
+    logged_metrics: dict[str, float]
+    logger_versions: list[Any]
+
+    def apply(self, trainer: Trainer, module: Module) -> Any:
+        module.load_state_dict(self.module_state)
+        trainer._progress = FitProgress.from_dict(self.progress)
+        for callback in trainer.callbacks:
+            if callback.state_key in self.callback_states:
+                callback.load_state_dict(self.callback_states[callback.state_key])
+        trainer._callback_metrics = {name: torch.tensor(value) for name, value in self.callback_metrics.items()}
+        trainer._logged_metrics = dict(self.logged_metrics)
+        for logger, version in zip(trainer.loggers, self.logger_versions, strict=False):
+            logger._version = version
+        return self.result
+
+
+def _outcome(trainer: Trainer, module: Module, result: Any) -> Outcome:
+    return Outcome(
+        result=result,
+        module_state={name: tensor.detach().cpu() for name, tensor in module.state_dict().items()},
+        progress=trainer._progress.as_dict(),
+        callback_states={callback.state_key: callback.state_dict() for callback in trainer.callbacks},
+        callback_metrics={name: float(value) for name, value in trainer.callback_metrics.items()},
+        logged_metrics=dict(trainer._logged_metrics),
+        logger_versions=[logger._version for logger in trainer.loggers],
+    )
+
+
+def _prepare_data(lite: Lite, datamodule: DataModule | None, module: Module) -> None:
+    """``prepare_data`` on local rank 0 of each node (global rank 0 if not per node); the others wait."""
+    per_node = datamodule.prepare_data_per_node if datamodule is not None else True
+    if (lite.local_rank if per_node else lite.global_rank) == 0:
+        if datamodule is not None:
+            datamodule.prepare_data()
+        module.prepare_data()
+    lite.barrier("prepare_data")
+
+
+def _check_optimization_flags(trainer: Trainer, module: Module) -> None:
+    if module.automatic_optimization:
+        return
+    if trainer.accumulate_grad_batches != 1 or trainer.gradient_clip_val:
+        raise ConfigurationError(
+            "With automatic_optimization=False you step the optimizers yourself, so the Trainer cannot accumulate "
+            "or clip for you: drop accumulate_grad_batches / gradient_clip_val and call "
+            "self.clip_gradients(...) in training_step."
+        )
+
+
+def _set_up_optimizers(trainer: Trainer, lite: Lite, module: Module) -> None:
+    optimizers, schedulers = parse_optimizers(module.configure_optimizers())
+    set_up = lite.setup_optimizers(*optimizers)
+    trainer.optimizers = list(set_up) if isinstance(set_up, tuple) else [set_up]
+    trainer.lr_scheduler_configs = schedulers
+
+
+def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | None:
+    """The checkpoint to load, decided on global rank 0 and sent to every rank."""
+    if ckpt_path is None:
+        return None
+    chosen: str | None = None
+    if trainer.is_global_zero:
+        if ckpt_path == "last":
+            callbacks = trainer.checkpoint_callbacks
+            chosen = find_last(
+                [callback.dirpath for callback in callbacks if callback.dirpath],
+                [callback.last_model_path for callback in callbacks if callback.last_model_path],
+            )
+            if chosen is None:
+                warnings.warn(
+                    f"{stage}(ckpt_path='last') found no checkpoint in "
+                    f"{[callback.dirpath for callback in callbacks]}; starting from the beginning.",
+                    CoreWarning,
+                    stacklevel=2,
+                )
+        elif ckpt_path == "best":
+            callback = trainer.checkpoint_callback
+            chosen = callback.best_model_path if callback is not None else None
+            if not chosen:
+                raise ConfigurationError(
+                    f"{stage}(ckpt_path='best'): no best checkpoint is known (no ModelCheckpoint with monitor= has "
+                    f"saved one in this Trainer); pass a path."
+                )
+        else:
+            chosen = os.fspath(ckpt_path)
+    chosen = trainer.lite.broadcast(chosen)
+    if chosen is not None and "://" not in chosen and not os.path.isfile(chosen):
+        raise ConfigurationError(f"{stage}(ckpt_path={chosen!r}): no such file.")
+    return chosen
+
+
+def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule: DataModule | None) -> None:
+    trainer._lite = lite
+    trainer.module, trainer.datamodule = module, datamodule
+    trainer.state = stage
+    trainer.should_stop = False
+    trainer.sanity_checking = False
+    trainer._hooks = CallbackHooks(trainer.callbacks)
+    module.__dict__["_trainer"] = trainer
+    if datamodule is not None:
+        datamodule.trainer = trainer
+    if stage == "fit":
+        reduce = (lambda tensor, op: lite.all_reduce(tensor, reduce_op=op)) if lite.world_size > 1 else None
+        trainer._train_metrics = MetricStore(reduce, lite.is_global_zero, lite.device)
+        trainer._metrics = trainer._train_metrics
+        trainer._progress = FitProgress()
+        trainer._callback_metrics, trainer._logged_metrics = {}, {}
+        trainer._resume_rng = None
+        trainer._epoch_start_rng = None
+
+
+def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
+    module.__dict__["_trainer"] = None
+    if datamodule is not None:
+        datamodule.trainer = None
+    trainer.state = None
+    trainer.sanity_checking = False
+    trainer._step_module = None
+    trainer._metrics = trainer._train_metrics
+
+
+def _log_hyperparameters(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
+    if not trainer.is_global_zero or not trainer.loggers:
+        return
+    params: dict[str, Any] = {}
+    for owner in (datamodule, module):
+        if owner is not None and owner.__dict__.get("_log_hyperparams", True):
+            params.update(owner.hparams)
+    if params:
+        for logger in trainer.loggers:
+            logger.log_hyperparams(params)
+
+
+def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, Any]) -> dict[str, Any]:
+    module, datamodule = trainer.module, trainer.datamodule
+    assert module is not None  # attached before
+    prepared: dict[str, Any] = {}
+    if stage == "fit":
+        found = find_loaders("train", loaders.get("train"), datamodule, module)
+        if len(found) != 1:
+            raise ConfigurationError(
+                f"fit() needs exactly one training DataLoader (from train_dataloaders=, the DataModule's or the "
+                f"Module's train_dataloader()); got {len(found)}."
+            )
+        prepared["train"] = prepare_train_loader(lite, found[0], trainer.limit_train_batches)
+        trainer.num_training_batches = prepared["train"].batches
+    kinds = {"fit": "val", "validate": "val", "test": "test", "predict": "predict"}
+    kind = kinds[stage]
+    limit = getattr(trainer, f"limit_{kind}_batches")
+    found = find_loaders(kind, loaders.get(kind), datamodule, module)
+    if not found and stage != "fit":
+        raise ConfigurationError(
+            f"{stage}() found no {kind} data: pass dataloaders=, or give the DataModule / Module a {kind}_dataloader()."
+        )
+    prepared[kind] = [prepare_eval_loader(lite, loader, limit, f"limit_{kind}_batches") for loader in found]
+    setattr(trainer, f"num_{kind}_batches", [loader.batches for loader in prepared[kind]])
+    return prepared
+
+
+def run_stage(
+    lite: Lite,
+    trainer: Trainer,
+    stage: str,
+    module: Module,
+    datamodule: DataModule | None,
+    loaders: dict[str, Any],
+    ckpt_path: Any,
+    launcher_pid: int,
+) -> Any:
+    """Run ``stage`` in this process; return its result, or an :class:`Outcome` from a process of ddp_spawn."""
+    from core._trainer_eval import run_evaluation, run_predict
+    from core._trainer_loops import run_fit
+
+    _attach(trainer, lite, stage, module, datamodule)
+    status = "failed"
+    try:
+        if trainer.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True)
+        _prepare_data(lite, datamodule, module)
+        if datamodule is not None:
+            datamodule.setup(stage)
+        trainer._hooks.call("setup", trainer, module, stage)
+        module.setup(stage)
+        if stage == "fit":
+            _check_optimization_flags(trainer, module)
+        trainer._step_module = lite.setup_module(StepModule(module))
+        if stage == "fit":
+            _set_up_optimizers(trainer, lite, module)
+        data = _set_up_data(trainer, lite, stage, loaders)
+        path = _resolve_ckpt_path(trainer, ckpt_path, stage)
+        if path is not None:
+            restore_checkpoint_state(trainer, path, weights_only=stage != "fit")
+        if stage == "fit":
+            _log_hyperparameters(trainer, module, datamodule)
+            run_fit(trainer, data["train"], data["val"])
+            result = None
+        elif stage == "predict":
+            result = run_predict(trainer, data["predict"])
+        else:
+            result = run_evaluation(trainer, stage, data["val" if stage == "validate" else "test"])
+        status = "success"
+    except BaseException as error:
+        for hook in trainer._hooks["on_exception"]:
+            hook(trainer, module, error)
+        raise
+    finally:
+        try:
+            trainer._hooks.call("teardown", trainer, module, stage)
+            module.teardown(stage)
+            if datamodule is not None:
+                datamodule.teardown(stage)
+            if trainer.is_global_zero:
+                for logger in trainer.loggers:
+                    logger.finalize(status)
+        finally:
+            _detach(trainer, module, datamodule)
+    if os.getpid() != launcher_pid:
+        if lite.is_global_zero:
+            return _outcome(trainer, module, result)
+        return None
+    return result

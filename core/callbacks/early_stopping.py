@@ -1,0 +1,144 @@
+"""``EarlyStopping``: stop training when a logged metric stops improving."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from core._errors import ConfigurationError, CoreWarning
+from core.callbacks._callback import Callback
+
+if TYPE_CHECKING:
+    from core.module import Module
+    from core.trainer import Trainer
+
+__all__ = ["EarlyStopping"]
+
+
+class EarlyStopping(Callback):
+    """Ask the Trainer to stop when ``monitor`` has not improved for ``patience`` checks.
+
+    :param monitor: The logged metric to watch.
+    :param min_delta: How much it must improve to count as an improvement.
+    :param patience: How many checks without improvement to allow.
+    :param mode: ``"min"`` or ``"max"``.
+    :param strict: Raise if ``monitor`` was not logged (``False``: warn and skip the check).
+    :param check_finite: Stop when the metric is NaN or infinite.
+    :param stopping_threshold: Stop as soon as the metric is better than this.
+    :param divergence_threshold: Stop as soon as the metric is worse than this.
+    :param check_on_train_epoch_end: Check once per epoch, at its end (default; any validation of the epoch
+        has run by then). ``False``: check after every validation run instead.
+    :param verbose: Print why it stops, on global rank 0.
+
+    The check runs on every rank; training stops when any rank asks (the decision is reduced across
+    processes), after ``min_epochs`` / ``min_steps``.
+    """
+
+    after_epoch_metrics = True
+
+    def __init__(
+        self,
+        monitor: str,
+        min_delta: float = 0.0,
+        patience: int = 3,
+        verbose: bool = False,
+        mode: str = "min",
+        strict: bool = True,
+        check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool = True,
+    ) -> None:
+        if mode not in ("min", "max"):
+            raise ConfigurationError(f"EarlyStopping(mode={mode!r}): expected 'min' or 'max'.")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise ConfigurationError(f"EarlyStopping(patience={patience!r}): expected a whole number >= 0.")
+        self.monitor = monitor
+        self.min_delta = abs(float(min_delta))
+        self.patience = patience
+        self.verbose = verbose
+        self.mode = mode
+        self.strict = strict
+        self.check_finite = check_finite
+        self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.check_on_train_epoch_end = check_on_train_epoch_end
+        self.wait_count = 0
+        self.stopped_epoch = 0
+        self.best_score = math.inf if mode == "min" else -math.inf
+        self.stopping_reason: str | None = None
+
+    @property
+    def state_key(self) -> str:
+        return self._state_key_with(monitor=self.monitor, mode=self.mode)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "wait_count": self.wait_count,
+            "stopped_epoch": self.stopped_epoch,
+            "best_score": self.best_score,
+            "patience": self.patience,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.wait_count = int(state_dict["wait_count"])
+        self.stopped_epoch = int(state_dict["stopped_epoch"])
+        self.best_score = float(state_dict["best_score"])
+        self.patience = int(state_dict["patience"])
+
+    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+        if self.check_on_train_epoch_end:
+            self.check(trainer)
+
+    def on_validation_end(self, trainer: Trainer, module: Module) -> None:
+        if not self.check_on_train_epoch_end and trainer.state == "fit" and not trainer.sanity_checking:
+            self.check(trainer)
+
+    def _better(self, value: float, than: float) -> bool:
+        return value < than if self.mode == "min" else value > than
+
+    def _judge(self, current: float) -> tuple[bool, str | None]:
+        name = self.monitor
+        if self.check_finite and not math.isfinite(current):
+            return True, f"{name} = {current} is not finite; stopping."
+        if self.stopping_threshold is not None and self._better(current, self.stopping_threshold):
+            return True, f"{name} = {current:.6g} reached the stopping threshold {self.stopping_threshold}."
+        if self.divergence_threshold is not None and self._better(self.divergence_threshold, current):
+            return True, f"{name} = {current:.6g} is past the divergence threshold {self.divergence_threshold}."
+        margin = -self.min_delta if self.mode == "min" else self.min_delta
+        if self._better(current, self.best_score + margin):
+            self.best_score = current
+            self.wait_count = 0
+            return False, None
+        self.wait_count += 1
+        if self.wait_count >= self.patience:
+            return True, (
+                f"{name} did not improve by more than {self.min_delta} in the last {self.wait_count} checks; best "
+                f"{self.best_score:.6g}."
+            )
+        return False, None
+
+    def check(self, trainer: Trainer) -> None:
+        """Judge the latest value of ``monitor`` and set ``trainer.should_stop`` when it is time."""
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is None:
+            message = (
+                f"EarlyStopping(monitor={self.monitor!r}) found no such metric; logged: "
+                f"{sorted(trainer.callback_metrics)}. Log it with self.log({self.monitor!r}, ...)."
+            )
+            if self.strict:
+                raise ConfigurationError(message)
+            warnings.warn(message, CoreWarning, stacklevel=2)
+            return
+        stop, reason = self._judge(float(value))
+        if trainer.world_size > 1:
+            stop = bool(trainer.lite.all_reduce(torch.tensor(float(stop)), reduce_op="max") > 0)
+        if stop:
+            trainer.should_stop = True
+            self.stopped_epoch = trainer.current_epoch
+            self.stopping_reason = reason
+            if self.verbose and reason:
+                trainer.print(f"EarlyStopping: {reason}")

@@ -1,0 +1,182 @@
+"""Progress bars: steps, rate, ETA and the metrics logged with ``prog_bar=True``, on global rank 0 only.
+
+:class:`ProgressBar` prints plain lines (no dependency); :class:`TQDMProgressBar` draws a bar with tqdm
+when it is installed (``pip install tqdm``). The Trainer's default is the tqdm one when tqdm is importable.
+Metric values are converted to numbers only when a line or the bar is redrawn.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+from core._errors import ConfigurationError
+from core.callbacks._callback import Callback
+
+if TYPE_CHECKING:
+    from core.module import Module
+    from core.trainer import Trainer
+
+__all__ = ["ProgressBar", "TQDMProgressBar", "default_progress_bar"]
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def _format_metrics(metrics: dict[str, float]) -> str:
+    return "  ".join(f"{name}={value:.4g}" for name, value in sorted(metrics.items()))
+
+
+class ProgressBar(Callback):
+    """Print a progress line every ``refresh_rate`` training batches (or every ``interval`` seconds) and at
+    the end of every epoch: epoch, step, rate, ETA of the epoch, and the ``prog_bar`` metrics.
+
+    :param refresh_rate: Batches between lines; ``None`` prints by time instead (``interval``). ``0`` prints
+        only the line at the end of each epoch.
+    :param interval: Seconds between lines when ``refresh_rate`` is ``None``.
+    :param stream: Where to write (standard output by default).
+    """
+
+    def __init__(self, refresh_rate: int | None = None, interval: float = 10.0, stream: IO[str] | None = None) -> None:
+        if refresh_rate is not None and (isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int)
+                                         or refresh_rate < 0):
+            raise ConfigurationError(f"ProgressBar(refresh_rate={refresh_rate!r}): expected a whole number >= 0.")
+        self.refresh_rate = refresh_rate
+        self.interval = interval
+        self._stream = stream
+        self._epoch_started = 0.0
+        self._last_line = 0.0
+        self._batches = 0
+
+    @property
+    def stream(self) -> IO[str]:
+        return self._stream if self._stream is not None else sys.stdout
+
+    def _epoch_label(self, trainer: Trainer) -> str:
+        total = trainer.max_epochs
+        return f"epoch {trainer.current_epoch + 1}" + (f"/{total}" if total != -1 else "")
+
+    def _line(self, trainer: Trainer, done: int) -> str:
+        total = trainer.num_training_batches
+        elapsed = max(time.monotonic() - self._epoch_started, 1e-9)
+        rate = done / elapsed
+        remaining = (total - done) / rate if rate > 0 and math.isfinite(total) else math.inf
+        of_total = f"/{int(total)}" if math.isfinite(total) else ""
+        parts = [
+            self._epoch_label(trainer),
+            f"step {done}{of_total}",
+            f"{rate:.1f} it/s",
+            f"ETA {_duration(remaining)}",
+            _format_metrics(trainer.progress_bar_metrics),
+        ]
+        return "  ".join(part for part in parts if part)
+
+    def _write(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
+        self._epoch_started = self._last_line = time.monotonic()
+        self._batches = 0
+
+    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._batches += 1
+        if not trainer.is_global_zero:
+            return
+        rate = self.refresh_rate
+        if rate is None:
+            now = time.monotonic()
+            if now - self._last_line < self.interval:
+                return
+            self._last_line = now
+        elif rate == 0 or self._batches % rate:
+            return
+        self._write(self._line(trainer, batch_idx + 1))
+
+    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+        if trainer.is_global_zero:
+            self._write(self._line(trainer, trainer._progress.batches_done))
+
+    def on_validation_end(self, trainer: Trainer, module: Module) -> None:
+        if trainer.is_global_zero and trainer.state in ("validate",):
+            self._write(f"validation  {_format_metrics(trainer.progress_bar_metrics)}")
+
+    def on_test_end(self, trainer: Trainer, module: Module) -> None:
+        if trainer.is_global_zero:
+            self._write(f"test  {_format_metrics(trainer.progress_bar_metrics)}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_stream"] = None  # an open stream does not travel to other processes
+        return state
+
+
+class TQDMProgressBar(ProgressBar):
+    """A tqdm bar per training epoch with the ``prog_bar`` metrics as its postfix (needs ``pip install tqdm``).
+
+    :param refresh_rate: Batches between redraws of the position (the postfix is redrawn at most every
+        ``interval`` seconds, since reading metrics may wait for the device).
+    """
+
+    def __init__(self, refresh_rate: int = 1, interval: float = 0.2, stream: IO[str] | None = None) -> None:
+        if importlib.util.find_spec("tqdm") is None:
+            raise ConfigurationError("TQDMProgressBar needs tqdm, which is not installed: pip install tqdm "
+                                     "(or use core.callbacks.ProgressBar, which prints plain lines).")
+        super().__init__(refresh_rate, interval, stream)
+        self._bar: Any = None
+        self._pending = 0
+
+    def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
+        super().on_train_epoch_start(trainer, module)
+        if not trainer.is_global_zero:
+            return
+        tqdm = importlib.import_module("tqdm.auto").tqdm
+        total = trainer.num_training_batches
+        self._bar = tqdm(
+            total=int(total) if math.isfinite(total) else None,
+            desc=self._epoch_label(trainer),
+            file=self.stream,
+            dynamic_ncols=True,
+            leave=True,
+            initial=trainer._progress.batches_done,
+        )
+        self._pending = 0
+
+    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._bar is None:
+            return
+        self._pending += 1
+        if self._pending < max(1, self.refresh_rate or 1):
+            return
+        self._bar.update(self._pending)
+        self._pending = 0
+        now = time.monotonic()
+        if now - self._last_line >= self.interval:
+            self._last_line = now
+            self._bar.set_postfix_str(_format_metrics(trainer.progress_bar_metrics), refresh=False)
+
+    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+        if self._bar is None:
+            return
+        self._bar.update(self._pending)
+        self._bar.set_postfix_str(_format_metrics(trainer.progress_bar_metrics))
+        self._bar.close()
+        self._bar = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_bar"] = None
+        return state
+
+
+def default_progress_bar() -> ProgressBar:
+    """The tqdm bar when tqdm is installed, else plain lines."""
+    if importlib.util.find_spec("tqdm") is not None:
+        return TQDMProgressBar()
+    return ProgressBar()

@@ -1,0 +1,86 @@
+"""``Logger``: where the Trainer sends logged metrics and hyperparameters.
+
+The Trainer calls a logger on global rank 0 only, at logging steps (``log_every_n_steps``) and at the end
+of each epoch, validation and test; values are plain floats by then. Each run writes into its own
+``<save_dir>/<name>/version_<n>`` directory unless a version is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["Logger"]
+
+
+def next_version(root: str) -> int:
+    """One more than the highest ``version_<n>`` directory under ``root`` (0 when there is none)."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return 0
+    numbers = [int(match.group(1)) for name in names if (match := re.fullmatch(r"version_(\d+)", name))]
+    return max(numbers, default=-1) + 1
+
+
+class Logger:
+    """Base class of loggers.
+
+    :param save_dir: The root directory of every run's logs.
+    :param name: A subdirectory for this experiment.
+    :param version: A number (``version_<n>``) or a name; ``None`` takes the next free number when the
+        logger first writes.
+    """
+
+    def __init__(self, save_dir: str | os.PathLike[str], name: str = "logs", version: int | str | None = None) -> None:
+        self._save_dir = os.fspath(save_dir)
+        self._name = name
+        self._version = version
+
+    @property
+    def save_dir(self) -> str:
+        return self._save_dir
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The version of this run; chosen (and fixed) on first use."""
+        if self._version is None:
+            self._version = next_version(os.path.join(self._save_dir, self._name))
+        return self._version
+
+    @property
+    def log_dir(self) -> str:
+        """Where this run's files go: ``<save_dir>/<name>/version_<n>`` (or ``.../<version>`` for a name)."""
+        version = self.version
+        folder = f"version_{version}" if isinstance(version, int) else str(version)
+        return os.path.join(self._save_dir, self._name, folder)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Record ``metrics`` at ``step`` (the number of optimizer steps taken so far)."""
+        raise NotImplementedError
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """Record the run's hyperparameters; by default as ``hparams.json`` in :attr:`log_dir`."""
+        os.makedirs(self.log_dir, exist_ok=True)
+        with open(os.path.join(self.log_dir, "hparams.json"), "w") as file:
+            json.dump(dict(params), file, indent=2, sort_keys=True, default=repr)
+
+    def save(self) -> None:
+        """Write out what is buffered."""
+
+    def finalize(self, status: str) -> None:
+        """The run ended (``status`` is ``"success"`` or ``"failed"``): write out and close."""
+        self.save()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(save_dir={self._save_dir!r}, name={self._name!r}, version={self._version!r})"

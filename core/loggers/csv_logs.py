@@ -1,0 +1,76 @@
+"""``CSVLogger``: metrics in ``metrics.csv``, one row per logged step; no dependency."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from core.loggers._logger import Logger
+
+__all__ = ["CSVLogger"]
+
+
+class CSVLogger(Logger):
+    """Write metrics to ``<save_dir>/<name>/version_<n>/metrics.csv``.
+
+    Values logged at the same step share one row (the step's training values, the validation values of
+    that step, the learning rate); a column appears the first time a name is logged and earlier rows leave
+    it empty.
+
+    :param flush_logs_every_n_steps: Write to disk after this many new rows (and at the end of the run).
+    """
+
+    METRICS_FILE = "metrics.csv"
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str],
+        name: str = "logs",
+        version: int | str | None = None,
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        super().__init__(save_dir, name, version)
+        self.flush_logs_every_n_steps = flush_logs_every_n_steps
+        self._rows: list[dict[str, Any]] = []
+        self._row_of_step: dict[int, int] = {}  # step -> index in _rows
+        self._columns: list[str] = ["step"]
+        self._written_rows = 0  # rows on disk, unchanged since written
+        self._written_columns = 0
+        self._dirty = False  # a row already on disk got a new value
+
+    @property
+    def metrics_file(self) -> str:
+        return os.path.join(self.log_dir, self.METRICS_FILE)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        index = self._row_of_step.get(step)
+        if index is None:
+            self._row_of_step[step] = len(self._rows)
+            row: dict[str, Any] = {"step": step}
+            self._rows.append(row)
+        else:
+            row = self._rows[index]
+            self._dirty = self._dirty or index < self._written_rows
+        for name, value in metrics.items():
+            if name not in row and name not in self._columns:
+                self._columns.append(name)
+            row[name] = value
+        if len(self._rows) - self._written_rows >= self.flush_logs_every_n_steps:
+            self.save()
+
+    def save(self) -> None:
+        if not self._rows or (len(self._rows) == self._written_rows and not self._dirty):
+            return
+        os.makedirs(self.log_dir, exist_ok=True)
+        rewrite = self._dirty or self._written_rows == 0 or len(self._columns) != self._written_columns
+        rows = self._rows if rewrite else self._rows[self._written_rows :]
+        with open(self.metrics_file, "w" if rewrite else "a", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=self._columns, restval="")
+            if rewrite:
+                writer.writeheader()
+            writer.writerows(rows)
+        self._written_rows = len(self._rows)
+        self._written_columns = len(self._columns)
+        self._dirty = False

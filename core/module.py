@@ -1,0 +1,438 @@
+"""``Module`` and ``DataModule``: the model and the data of a :class:`core.Trainer` run.
+
+A ``Module`` is a ``torch.nn.Module`` that also says how to train itself: ``training_step`` returns the loss,
+``configure_optimizers`` returns the optimizers, and the ``on_*`` hooks let it act at every point of the
+loops (their order is listed in ``docs/trainer.md``). Outside a Trainer it is a plain ``nn.Module``.
+
+A ``DataModule`` gathers the data side: ``prepare_data`` (download once per node), ``setup(stage)`` (build the
+datasets in every process) and the four ``*_dataloader`` methods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import inspect
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from core._errors import ConfigurationError, CoreError, CoreWarning
+
+if TYPE_CHECKING:
+    from core.trainer import Trainer
+
+__all__ = ["AttributeDict", "DataModule", "Module"]
+
+Stage = Literal["fit", "validate", "test", "predict"]
+
+
+class AttributeDict(dict[str, Any]):
+    """A dict whose keys read as attributes too: ``module.hparams.lr``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"No hyperparameter {name!r}; saved: {sorted(self)}.") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+def _hyperparameters_from_caller(frame: Any, ignore: Iterable[str]) -> dict[str, Any]:
+    """The arguments of the ``__init__`` that called ``save_hyperparameters``, with their current values."""
+    code = frame.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    values = {name: frame.f_locals[name] for name in names[1:] if name in frame.f_locals}  # drop self
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        has_varargs = bool(code.co_flags & inspect.CO_VARARGS)
+        keywords_name = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + has_varargs]
+        values.update(frame.f_locals.get(keywords_name, {}))
+    skipped = set(ignore)
+    return {name: value for name, value in values.items() if name not in skipped and not name.startswith("__")}
+
+
+class _HyperparametersMixin:
+    """``save_hyperparameters`` and ``hparams``, shared by :class:`Module` and :class:`DataModule`."""
+
+    def save_hyperparameters(
+        self, *args: Any, ignore: Sequence[str] | str | None = None, logger: bool = True
+    ) -> None:
+        """Record the constructor's arguments (or the names / mapping given) as ``self.hparams``.
+
+        :param args: Names of ``__init__`` arguments to keep, or one dict / ``argparse.Namespace``; none
+            means every argument.
+        :param ignore: Argument names to leave out (modules, datasets).
+        :param logger: Send them to the loggers when a run starts.
+
+        The Trainer writes them to every logger (``hparams.json``) and into checkpoints (values other than
+        numbers, strings, booleans, ``None`` and lists / dicts of those are stored as their ``repr``).
+        """
+        ignored = [ignore] if isinstance(ignore, str) else list(ignore or ())
+        if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):
+            given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else dict(args[0])
+            chosen = {name: value for name, value in given.items() if name not in ignored}
+        else:
+            frame = inspect.currentframe()
+            caller = frame.f_back if frame is not None else None
+            if caller is None:
+                raise CoreError("save_hyperparameters() could not find the __init__ that called it.")
+            try:
+                found = _hyperparameters_from_caller(caller, ignored)
+            finally:
+                del frame, caller
+            names = [name for name in args if isinstance(name, str)]
+            unknown = sorted(set(names) - set(found))
+            if unknown:
+                raise ConfigurationError(
+                    f"save_hyperparameters({', '.join(map(repr, names))}): {unknown} are not arguments of the "
+                    f"__init__ that called it; its arguments are {sorted(found)}."
+                )
+            chosen = {name: found[name] for name in names} if names else found
+        self.__dict__["_hparams"] = AttributeDict(chosen)
+        self.__dict__["_log_hyperparams"] = logger
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """What :meth:`save_hyperparameters` recorded (empty until it is called)."""
+        hparams: AttributeDict | None = self.__dict__.get("_hparams")
+        if hparams is None:
+            hparams = self.__dict__["_hparams"] = AttributeDict()
+        return hparams
+
+
+class Module(_HyperparametersMixin, torch.nn.Module):
+    """A ``torch.nn.Module`` that knows how to train, validate, test and predict with itself.
+
+    Override :meth:`training_step` and :meth:`configure_optimizers` at least. The Trainer calls every
+    step method inside the set-up module's forward, so the strategy (DDP, FSDP) and the precision see the
+    whole step; call ``self(x)`` (your :meth:`forward`) inside the steps as usual.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Plain attributes (not submodules, not pickled with a live trainer): see __getstate__.
+        self.__dict__["_trainer"] = None
+        self.__dict__["_automatic_optimization"] = True
+
+    # ---------------------------------------------------------------------------------------------
+    # What the user overrides
+    # ---------------------------------------------------------------------------------------------
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """Compute the loss of one training batch.
+
+        :return: The loss tensor, a dict with the loss under ``"loss"``, or ``None`` to skip this batch
+            (no backward, no optimizer step).
+        """
+        raise CoreError(
+            f"{type(self).__qualname__} does not override training_step(batch, batch_idx), which fit() needs."
+        )
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        """Evaluate one validation batch; log what you measure with :meth:`log`."""
+        raise CoreError(
+            f"{type(self).__qualname__} has validation data but does not override validation_step(batch, batch_idx)."
+        )
+
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        """Evaluate one test batch; log what you measure with :meth:`log`."""
+        raise CoreError(f"{type(self).__qualname__} does not override test_step(batch, batch_idx), which test() needs.")
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        """Return the prediction for one batch; by default ``self(batch)``."""
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        """Return the optimizers and learning-rate schedulers to train with.
+
+        Any of: an optimizer; a list or tuple of optimizers; ``([optimizers], [schedulers])``; a dict
+        ``{"optimizer": ..., "lr_scheduler": scheduler or {"scheduler": ..., "interval": "epoch" | "step",
+        "frequency": 1, "monitor": "val_loss", "strict": True, "name": None}}``; or a list of such dicts.
+        """
+        raise CoreError(f"{type(self).__qualname__} does not override configure_optimizers(), which fit() needs.")
+
+    def train_dataloader(self) -> Any:
+        """Training data, used when neither ``fit(train_dataloaders=...)`` nor a DataModule gives it."""
+        return None
+
+    def val_dataloader(self) -> Any:
+        return None
+
+    def test_dataloader(self) -> Any:
+        return None
+
+    def predict_dataloader(self) -> Any:
+        return None
+
+    # Hooks: see docs/trainer.md for the order. Each is called on every rank unless said otherwise.
+
+    def prepare_data(self) -> None:
+        """Download or write to disk, on local rank 0 of each node; the other processes wait."""
+
+    def setup(self, stage: str) -> None:
+        """Called at the start of fit / validate / test / predict, after the DataModule's ``setup``."""
+
+    def teardown(self, stage: str) -> None:
+        """Called at the end of fit / validate / test / predict."""
+
+    def on_fit_start(self) -> None: ...
+
+    def on_fit_end(self) -> None: ...
+
+    def on_train_start(self) -> None: ...
+
+    def on_train_end(self) -> None: ...
+
+    def on_train_epoch_start(self) -> None: ...
+
+    def on_train_epoch_end(self) -> None: ...
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        """Return ``-1`` to end the epoch here."""
+        return None
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+
+    def on_validation_start(self) -> None: ...
+
+    def on_validation_end(self) -> None: ...
+
+    def on_validation_epoch_start(self) -> None: ...
+
+    def on_validation_epoch_end(self) -> None: ...
+
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def on_test_start(self) -> None: ...
+
+    def on_test_end(self) -> None: ...
+
+    def on_test_epoch_start(self) -> None: ...
+
+    def on_test_epoch_end(self) -> None: ...
+
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def on_predict_start(self) -> None: ...
+
+    def on_predict_end(self) -> None: ...
+
+    def on_predict_epoch_start(self) -> None: ...
+
+    def on_predict_epoch_end(self) -> None: ...
+
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def on_before_backward(self, loss: torch.Tensor) -> None: ...
+
+    def on_after_backward(self) -> None: ...
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Called once the gradients of a step are accumulated, before they are clipped and applied."""
+
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Add your own entries to a checkpoint about to be written (keys not used by the Trainer)."""
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Read your own entries back, before the Trainer restores its state from ``checkpoint``."""
+
+    # ---------------------------------------------------------------------------------------------
+    # What the Trainer provides
+    # ---------------------------------------------------------------------------------------------
+
+    @property
+    def trainer(self) -> Trainer:
+        trainer: Trainer | None = self.__dict__.get("_trainer")
+        if trainer is None:
+            raise CoreError(f"{type(self).__qualname__} is not attached to a Trainer; use it inside trainer.fit(...).")
+        return trainer
+
+    @property
+    def attached(self) -> bool:
+        """Whether a Trainer is running this module now."""
+        return self.__dict__.get("_trainer") is not None
+
+    @property
+    def automatic_optimization(self) -> bool:
+        """``False`` to step the optimizers yourself in ``training_step`` (:meth:`manual_backward`)."""
+        return bool(self.__dict__.get("_automatic_optimization", True))
+
+    @automatic_optimization.setter
+    def automatic_optimization(self, value: bool) -> None:
+        self.__dict__["_automatic_optimization"] = bool(value)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process during a run; otherwise where the first parameter lives."""
+        trainer = self.__dict__.get("_trainer")
+        if trainer is not None:
+            return trainer.lite.device
+        parameter = next(self.parameters(), None)
+        return parameter.device if parameter is not None else torch.device("cpu")
+
+    @property
+    def global_rank(self) -> int:
+        trainer = self.__dict__.get("_trainer")
+        return trainer.global_rank if trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        trainer = self.__dict__.get("_trainer")
+        return trainer.local_rank if trainer is not None else 0
+
+    @property
+    def current_epoch(self) -> int:
+        trainer = self.__dict__.get("_trainer")
+        return trainer.current_epoch if trainer is not None else 0
+
+    @property
+    def global_step(self) -> int:
+        trainer = self.__dict__.get("_trainer")
+        return trainer.global_step if trainer is not None else 0
+
+    def log(
+        self,
+        name: str,
+        value: Any,
+        prog_bar: bool = False,
+        logger: bool = True,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str = "mean",
+        sync_dist: bool = False,
+        rank_zero_only: bool = False,
+        batch_size: int | None = None,
+        add_dataloader_idx: bool = True,
+    ) -> None:
+        """Record a metric: a number or a one-element tensor.
+
+        :param prog_bar: Show it in the progress bar.
+        :param logger: Send it to the loggers.
+        :param on_step: Keep each step's value (key suffixed ``_step`` when ``on_epoch`` is also set).
+            Default: ``True`` in training batch hooks, ``False`` elsewhere.
+        :param on_epoch: Aggregate it over the epoch (key suffixed ``_epoch`` when ``on_step`` is also set).
+            Default: ``False`` in training batch hooks, ``True`` elsewhere.
+        :param reduce_fx: How the epoch aggregate is made: ``"mean"`` (weighted by batch size), ``"sum"``,
+            ``"max"`` or ``"min"``.
+        :param sync_dist: Reduce across processes with the strategy (``Lite.all_reduce``): step values at
+            once, epoch values once at the end of the epoch (weighted sums, so the mean is exact).
+        :param rank_zero_only: The value is computed on global rank 0 only; other ranks ignore the call.
+            It cannot be synchronised, and a callback on another rank cannot monitor it.
+        :param batch_size: The weight of this value in an epoch mean; by default the size of the batch's first
+            tensor.
+        :param add_dataloader_idx: Suffix ``/dataloader_idx_N`` when there are several evaluation loaders.
+        """
+        trainer = self.__dict__.get("_trainer")
+        if trainer is None:
+            _warn_once(f"{type(self).__qualname__}.log({name!r}) outside a Trainer run does nothing.")
+            return
+        trainer._metrics.log(
+            name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, batch_size,
+            add_dataloader_idx,
+        )
+
+    def log_dict(self, dictionary: Mapping[str, Any], **kwargs: Any) -> None:
+        """:meth:`log` every entry of ``dictionary`` with the same options."""
+        for name, value in dictionary.items():
+            self.log(name, value, **kwargs)
+
+    def all_gather(self, data: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
+        """Gather a tensor (or a collection of them) from every process: shape ``(world_size, *shape)``."""
+        return self.trainer.lite.all_gather(data, group=group, sync_grads=sync_grads)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only."""
+        if self.global_rank == 0:
+            builtins.print(*args, **kwargs)
+
+    def optimizers(self) -> Any:
+        """The set-up optimizer, or a list when there are several (for manual optimization)."""
+        optimizers = self.trainer.optimizers
+        return optimizers[0] if len(optimizers) == 1 else optimizers
+
+    def lr_schedulers(self) -> Any:
+        """The learning-rate scheduler, a list when there are several, ``None`` without any."""
+        schedulers = [config.scheduler for config in self.trainer.lr_scheduler_configs]
+        if not schedulers:
+            return None
+        return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def manual_backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()`` through the strategy and precision, for manual optimization."""
+        self.trainer.lite.backward(loss)
+
+    def clip_gradients(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float, gradient_clip_algorithm: str = "norm"
+    ) -> None:
+        """Clip this module's gradients by norm or by value (for manual optimization)."""
+        self.trainer._clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_trainer"] = None  # a live trainer (its processes, files) does not travel with the module
+        return state
+
+
+class DataModule(_HyperparametersMixin):
+    """The data of a run: download once, build datasets in every process, hand out DataLoaders.
+
+    :attr prepare_data_per_node: ``True`` (default): :meth:`prepare_data` runs on local rank 0 of every
+        node; ``False``: on global rank 0 only (shared storage).
+    """
+
+    prepare_data_per_node: bool = True
+
+    def __init__(self) -> None:
+        self.trainer: Trainer | None = None
+
+    def prepare_data(self) -> None:
+        """Download or write to disk, once; the other processes wait (do not set state here)."""
+
+    def setup(self, stage: str) -> None:
+        """Build the datasets; called in every process at the start of fit / validate / test / predict."""
+
+    def teardown(self, stage: str) -> None: ...
+
+    def train_dataloader(self) -> Any:
+        return None
+
+    def val_dataloader(self) -> Any:
+        return None
+
+    def test_dataloader(self) -> Any:
+        return None
+
+    def predict_dataloader(self) -> Any:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """What to keep in checkpoints (tensors and plain values)."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["trainer"] = None
+        return state
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, CoreWarning, stacklevel=3)

@@ -1,0 +1,561 @@
+"""``Trainer``: the whole training loop for a :class:`core.Module`, on any resolved active set, through ``Lite``.
+
+The Trainer owns no path to the hardware: every entry point (``fit``, ``validate``, ``test``, ``predict``)
+launches a :class:`core.Lite` run with the same settings and drives the loops through it (setup, data
+splitting, backward, gradient sync, collectives, checkpoints). So every strategy and precision that works
+with ``Lite`` works with the Trainer.
+
+Reading order: this module (flags, the public API and what a run exposes); ``core._trainer_run`` (one run:
+setup, restore, teardown); ``core._trainer_loops`` (fit) and ``core._trainer_eval`` (validate, test,
+predict); ``core._trainer_checkpoint`` (the checkpoint); ``core._trainer_logging`` (``self.log``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from core._errors import ConfigurationError, CoreError
+from core._trainer_checkpoint import FitProgress, check_ckpt_path, checkpoint_state
+from core._trainer_data import check_limit
+from core._trainer_logging import MetricStore
+from core._trainer_optim import SchedulerConfig
+from core.callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
+from core.callbacks._callback import CallbackHooks
+from core.callbacks.progress import default_progress_bar
+from core.lite import Lite
+from core.loggers import CSVLogger, Logger
+from core.module import DataModule, Module
+
+__all__ = ["Trainer"]
+
+_CLIP_ALGORITHMS = ("norm", "value")
+
+
+def _positive_int(value: object, flag: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{flag}={value!r}: expected a whole number >= {minimum}.")
+    return value
+
+
+def _optional_count(value: object, flag: str, allow_minus_one: bool = False) -> int | None:
+    if value is None:
+        return None
+    if allow_minus_one and value == -1:
+        return -1
+    return _positive_int(value, flag, minimum=0)
+
+
+def _as_loggers(logger: object, root: str) -> list[Logger]:
+    if logger is True:
+        return [CSVLogger(root)]
+    if logger is False or logger is None:
+        return []
+    given = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+    loggers = [item for item in given if isinstance(item, Logger)]
+    if len(loggers) != len(given):
+        bad = next(item for item in given if not isinstance(item, Logger))
+        raise ConfigurationError(f"logger={bad!r}: expected True, False, a core.loggers.Logger or a list of them.")
+    return loggers
+
+
+class Trainer:
+    """Train, validate, test and predict with a :class:`core.Module`, on any installed hardware plugins.
+
+    :param accelerator: As for :class:`core.Lite`.
+    :param strategy: As for :class:`core.Lite`.
+    :param devices: As for :class:`core.Lite`.
+    :param num_nodes: As for :class:`core.Lite`.
+    :param precision: As for :class:`core.Lite`.
+    :param plugins: As for :class:`core.Lite`.
+    :param logger: ``True`` (a :class:`~core.loggers.CSVLogger` in ``default_root_dir``), ``False``, a logger
+        or a list of loggers.
+    :param callbacks: A callback or a list of them.
+    :param default_root_dir: Where logs and checkpoints go by default; the working directory if ``None``.
+    :param enable_checkpointing: Add a default :class:`~core.callbacks.ModelCheckpoint` (the latest epoch in
+        ``<default_root_dir>/checkpoints``) unless one is given.
+    :param enable_progress_bar: Add a default :class:`~core.callbacks.ProgressBar` unless one is given.
+    :param max_epochs: Stop after this many epochs; ``None`` with ``max_steps=-1`` means 1000; ``-1`` never.
+    :param min_epochs: Run at least this many epochs, even if a callback asks to stop.
+    :param max_steps: Stop after this many optimizer steps (``-1``: no limit).
+    :param min_steps: Take at least this many optimizer steps, even if a callback asks to stop.
+    :param val_check_interval: Validate after each fraction of the training epoch (float; ``1.0``: at its
+        end) or every N training batches (int).
+    :param check_val_every_n_epoch: Validate in every N-th epoch; ``None`` with an int ``val_check_interval``
+        counts batches across epochs.
+    :param limit_train_batches: Use only this many training batches per epoch (int) or this fraction (float).
+    :param limit_val_batches: The same for each validation loader.
+    :param limit_test_batches: The same for each test loader.
+    :param limit_predict_batches: The same for each predict loader.
+    :param num_sanity_val_steps: Validation batches per loader run before training to catch bugs early
+        (``-1``: all); their metrics are discarded.
+    :param accumulate_grad_batches: Add up the gradients of this many batches before each optimizer step
+        (the processes synchronise gradients on the last one only).
+    :param gradient_clip_val: Clip gradients to this norm or value before each optimizer step.
+    :param gradient_clip_algorithm: ``"norm"`` (default) or ``"value"``.
+    :param log_every_n_steps: Send step metrics to the loggers every N optimizer steps.
+    :param deterministic: Make torch use deterministic algorithms.
+    :param inference_mode: Evaluate under ``torch.inference_mode`` (``False``: ``torch.no_grad``).
+    """
+
+    def __init__(
+        self,
+        accelerator: object = "auto",
+        strategy: object = "auto",
+        devices: object = "auto",
+        num_nodes: int = 1,
+        precision: object = None,
+        plugins: object = None,
+        logger: object = True,
+        callbacks: Callback | Sequence[Callback] | None = None,
+        default_root_dir: str | os.PathLike[str] | None = None,
+        enable_checkpointing: bool = True,
+        enable_progress_bar: bool = True,
+        max_epochs: int | None = None,
+        min_epochs: int | None = None,
+        max_steps: int = -1,
+        min_steps: int | None = None,
+        val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = 1,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        num_sanity_val_steps: int = 2,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+        log_every_n_steps: int = 50,
+        deterministic: bool = False,
+        inference_mode: bool = True,
+    ) -> None:
+        self._lite_settings: dict[str, Any] = {
+            "accelerator": accelerator,
+            "strategy": strategy,
+            "devices": devices,
+            "num_nodes": num_nodes,
+            "precision": precision,
+            "plugins": plugins,
+        }
+        # Resolve now, so that a bad flag fails here and not at fit(); each run launches a fresh Lite.
+        self._lite: Lite = Lite(**self._lite_settings)
+        self._lite_used = False
+        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        self._read_loop_flags(max_epochs, min_epochs, max_steps, min_steps, val_check_interval, check_val_every_n_epoch)
+        self.limit_train_batches = check_limit(1.0 if limit_train_batches is None else limit_train_batches,
+                                               "limit_train_batches")
+        self.limit_val_batches = check_limit(1.0 if limit_val_batches is None else limit_val_batches,
+                                             "limit_val_batches")
+        self.limit_test_batches = check_limit(1.0 if limit_test_batches is None else limit_test_batches,
+                                              "limit_test_batches")
+        self.limit_predict_batches = check_limit(1.0 if limit_predict_batches is None else limit_predict_batches,
+                                                 "limit_predict_batches")
+        if num_sanity_val_steps != -1:
+            _positive_int(num_sanity_val_steps, "num_sanity_val_steps", minimum=0)
+        self.num_sanity_val_steps = num_sanity_val_steps
+        self.accumulate_grad_batches = _positive_int(accumulate_grad_batches, "accumulate_grad_batches")
+        self._read_clipping(gradient_clip_val, gradient_clip_algorithm)
+        self.log_every_n_steps = _positive_int(log_every_n_steps, "log_every_n_steps")
+        self.deterministic = bool(deterministic)
+        self.inference_mode = bool(inference_mode)
+        self.loggers: list[Logger] = _as_loggers(logger, self.default_root_dir)
+        self.callbacks: list[Callback] = self._arrange_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
+
+        # What a run sets; readable by callbacks and the Module while it runs, and after it.
+        self.module: Module | None = None
+        self.datamodule: DataModule | None = None
+        self.state: str | None = None  # "fit", "validate", "test", "predict" while running
+        self.sanity_checking = False
+        self.should_stop = False
+        self.optimizers: list[Any] = []
+        self.lr_scheduler_configs: list[SchedulerConfig] = []
+        self.num_training_batches: float = 0
+        self.num_val_batches: list[float] = []
+        self.num_test_batches: list[float] = []
+        self.num_predict_batches: list[float] = []
+        self._progress = FitProgress()
+        self._train_metrics = MetricStore(None, True, torch.device("cpu"))
+        self._metrics = self._train_metrics
+        self._callback_metrics: dict[str, torch.Tensor] = {}
+        self._logged_metrics: dict[str, float] = {}
+        self._prog_bar_names: set[str] = set()
+        self._hooks = CallbackHooks(self.callbacks)
+        self._epoch_start_rng: dict[str, torch.Tensor] | None = None
+        self._resume_rng: tuple[Any, Any] | None = None
+        self._step_module: Any = None
+
+    # ---------------------------------------------------------------------------------------------
+    # Flags
+    # ---------------------------------------------------------------------------------------------
+
+    def _read_loop_flags(
+        self, max_epochs: object, min_epochs: object, max_steps: object, min_steps: object,
+        val_check_interval: object, check_val_every_n_epoch: object,
+    ) -> None:
+        steps = -1 if max_steps is None else max_steps
+        if steps != -1:
+            _positive_int(steps, "max_steps", minimum=0)
+        self.max_steps: int = steps  # type: ignore[assignment]
+        epochs = _optional_count(max_epochs, "max_epochs", allow_minus_one=True)
+        if epochs is None:
+            epochs = 1000 if self.max_steps == -1 else -1
+        self.max_epochs: int = epochs
+        self.min_epochs: int = _optional_count(min_epochs, "min_epochs") or 0
+        self.min_steps: int = _optional_count(min_steps, "min_steps") or 0
+        interval = 1.0 if val_check_interval is None else val_check_interval
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0 or (
+            isinstance(interval, float) and interval > 1.0
+        ):
+            raise ConfigurationError(
+                f"val_check_interval={val_check_interval!r}: expected a fraction of the epoch (float in (0, 1]) or "
+                f"a number of training batches (int >= 1)."
+            )
+        self.val_check_interval: int | float = interval
+        if check_val_every_n_epoch is None:
+            if not isinstance(interval, int):
+                raise ConfigurationError(
+                    "check_val_every_n_epoch=None counts training batches across epochs, so val_check_interval "
+                    f"must be a number of batches (int), got {val_check_interval!r}."
+                )
+            self.check_val_every_n_epoch: int | None = None
+        else:
+            self.check_val_every_n_epoch = _positive_int(check_val_every_n_epoch, "check_val_every_n_epoch")
+
+    def _read_clipping(self, value: float | None, algorithm: str | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ConfigurationError(f"gradient_clip_val={value!r}: expected a number >= 0 or None.")
+        chosen = "norm" if algorithm is None else algorithm
+        if chosen not in _CLIP_ALGORITHMS:
+            raise ConfigurationError(f"gradient_clip_algorithm={algorithm!r}: expected 'norm' or 'value'.")
+        self.gradient_clip_val = None if not value else float(value)
+        self.gradient_clip_algorithm = chosen
+
+    def _arrange_callbacks(
+        self, given: Callback | Sequence[Callback] | None, checkpointing: bool, progress_bar: bool
+    ) -> list[Callback]:
+        """The callbacks in calling order: yours, a progress bar, then early stopping and checkpoints last."""
+        callbacks = [given] if isinstance(given, Callback) else list(given or [])
+        for callback in callbacks:
+            if not isinstance(callback, Callback):
+                raise ConfigurationError(
+                    f"callbacks=[..., {callback!r}, ...]: expected core.callbacks.Callback objects."
+                )
+        has_checkpoint = any(isinstance(callback, ModelCheckpoint) for callback in callbacks)
+        has_progress_bar = any(isinstance(callback, ProgressBar) for callback in callbacks)
+        if has_checkpoint and not checkpointing:
+            raise ConfigurationError("A ModelCheckpoint is in callbacks but enable_checkpointing=False; drop one.")
+        if has_progress_bar and not progress_bar:
+            raise ConfigurationError("A ProgressBar is in callbacks but enable_progress_bar=False; drop one.")
+        if checkpointing and not has_checkpoint:
+            callbacks.append(ModelCheckpoint())
+        if progress_bar and not has_progress_bar:
+            callbacks.append(default_progress_bar())
+        keys = [callback.state_key for callback in callbacks]
+        duplicates = sorted({key for key in keys if keys.count(key) > 1})
+        if duplicates:
+            raise ConfigurationError(
+                f"Several callbacks share the state key(s) {duplicates}, so checkpoints could not tell their states "
+                f"apart; give them different settings (for ModelCheckpoint: monitor, dirpath or filename)."
+            )
+
+        def order(callback: Callback) -> int:
+            return 2 if isinstance(callback, ModelCheckpoint) else 1 if isinstance(callback, EarlyStopping) else 0
+
+        return sorted(callbacks, key=order)  # stable: your order within each group
+
+    # ---------------------------------------------------------------------------------------------
+    # Entry points
+    # ---------------------------------------------------------------------------------------------
+
+    def fit(
+        self,
+        model: Module,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        datamodule: DataModule | None = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """Train ``model``; with ``ckpt_path`` (a path, ``"last"`` or ``"best"``) resume where that checkpoint was.
+
+        Data comes from the arguments, else the DataModule, else the Module's ``*_dataloader`` methods.
+        """
+        if isinstance(train_dataloaders, DataModule):
+            if datamodule is not None:
+                raise ConfigurationError("fit() got a DataModule as train_dataloaders and another as datamodule.")
+            train_dataloaders, datamodule = None, train_dataloaders
+        check_ckpt_path(ckpt_path)
+        self._launch("fit", model, datamodule, {"train": train_dataloaders, "val": val_dataloaders}, ckpt_path)
+
+    def validate(
+        self,
+        model: Module | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+        datamodule: DataModule | None = None,
+    ) -> list[dict[str, float]]:
+        """Run the validation loop once; returns one dict of epoch metrics per validation loader."""
+        results: list[dict[str, float]] = self._evaluate("validate", "val", model, dataloaders, ckpt_path, datamodule)
+        return results
+
+    def test(
+        self,
+        model: Module | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+        datamodule: DataModule | None = None,
+    ) -> list[dict[str, float]]:
+        """Run the test loop once; returns one dict of epoch metrics per test loader."""
+        results: list[dict[str, float]] = self._evaluate("test", "test", model, dataloaders, ckpt_path, datamodule)
+        return results
+
+    def predict(
+        self,
+        model: Module | None = None,
+        dataloaders: Any = None,
+        datamodule: DataModule | None = None,
+        return_predictions: bool = True,
+        ckpt_path: str | os.PathLike[str] | None = None,
+    ) -> Any:
+        """Run ``predict_step`` over the data; returns global rank 0's predictions (a list per loader)."""
+        result = self._evaluate("predict", "predict", model, dataloaders, ckpt_path, datamodule)
+        return result if return_predictions else None
+
+    def _evaluate(
+        self, stage: str, kind: str, model: Module | None, dataloaders: Any, ckpt_path: Any,
+        datamodule: DataModule | None,
+    ) -> Any:
+        if isinstance(dataloaders, DataModule):
+            dataloaders, datamodule = None, dataloaders
+        check_ckpt_path(ckpt_path)
+        chosen = model if model is not None else self.module
+        if chosen is None:
+            raise ConfigurationError(f"{stage}() needs a model: trainer.{stage}(model, ...), or call fit(model) first.")
+        if datamodule is None and dataloaders is None:
+            datamodule = self.datamodule
+        return self._launch(stage, chosen, datamodule, {kind: dataloaders}, ckpt_path)
+
+    def _launch(
+        self, stage: str, model: Module, datamodule: DataModule | None, loaders: dict[str, Any], ckpt_path: Any
+    ) -> Any:
+        from core._trainer_run import Outcome, run_stage
+
+        if not isinstance(model, Module):
+            raise ConfigurationError(f"{stage}() takes a core.Module, got {type(model).__qualname__}.")
+        if datamodule is not None and not isinstance(datamodule, DataModule):
+            raise ConfigurationError(f"datamodule={datamodule!r}: expected a core.DataModule.")
+        if self.state is not None:
+            raise CoreError(f"trainer.{stage}() was called while trainer.{self.state}() is running.")
+        lite = self._lite if not self._lite_used else Lite(**self._lite_settings)
+        self._lite, self._lite_used = lite, True
+        self.module, self.datamodule = model, datamodule
+        outcome = lite.launch(run_stage, self, stage, model, datamodule, loaders, ckpt_path, os.getpid())
+        if isinstance(outcome, Outcome):
+            return outcome.apply(self, model)  # the run happened in other processes (ddp_spawn)
+        return outcome
+
+    # ---------------------------------------------------------------------------------------------
+    # What a run exposes
+    # ---------------------------------------------------------------------------------------------
+
+    @property
+    def lite(self) -> Lite:
+        """The Lite of the current (or latest) run: devices, ranks and collectives."""
+        return self._lite
+
+    def attached_module(self) -> Module:
+        """The Module of the run in progress; raises outside a run."""
+        if self.module is None:
+            raise CoreError("The Trainer has no Module attached: this is only available during fit / validate / test.")
+        return self.module
+
+    @property
+    def model(self) -> Module | None:
+        """The Module given to the latest entry point."""
+        return self.module
+
+    @property
+    def global_rank(self) -> int:
+        return self._lite.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self._lite.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        return self._lite.node_rank
+
+    @property
+    def world_size(self) -> int:
+        return self._lite.world_size
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self._lite.is_global_zero
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch being trained (0-based); after fit, the number of epochs completed."""
+        return self._progress.epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken since training started (restored from checkpoints)."""
+        return self._progress.global_step
+
+    @property
+    def training(self) -> bool:
+        return self.state == "fit" and not self.sanity_checking
+
+    @property
+    def validating(self) -> bool:
+        return self.state == "validate" or (self.state == "fit" and self._metrics is not self._train_metrics)
+
+    @property
+    def testing(self) -> bool:
+        return self.state == "test"
+
+    @property
+    def predicting(self) -> bool:
+        return self.state == "predict"
+
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """Every logged value by name: epoch values once computed, and the latest step values."""
+        metrics = dict(self._callback_metrics)
+        for name, value in self._train_metrics.latest_step_values().items():
+            metrics[name] = value if isinstance(value, torch.Tensor) else torch.tensor(value)
+        return metrics
+
+    @property
+    def logged_metrics(self) -> dict[str, float]:
+        """The latest value of everything sent to the loggers."""
+        return dict(self._logged_metrics)
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The values logged with ``prog_bar=True``, as numbers (converted when read)."""
+        names = self._train_metrics.prog_bar_names() | self._prog_bar_names
+        return {name: float(value) for name, value in self.callback_metrics.items() if name in names}
+
+    @property
+    def logger(self) -> Logger | None:
+        """The first logger, or ``None``."""
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def log_dir(self) -> str:
+        """The first logger's directory, or ``default_root_dir`` without a logger."""
+        return self.loggers[0].log_dir if self.loggers else self.default_root_dir
+
+    @property
+    def checkpoint_callbacks(self) -> list[ModelCheckpoint]:
+        return [callback for callback in self.callbacks if isinstance(callback, ModelCheckpoint)]
+
+    @property
+    def checkpoint_callback(self) -> ModelCheckpoint | None:
+        callbacks = self.checkpoint_callbacks
+        return callbacks[0] if callbacks else None
+
+    @property
+    def early_stopping_callback(self) -> EarlyStopping | None:
+        return next((callback for callback in self.callbacks if isinstance(callback, EarlyStopping)), None)
+
+    @property
+    def progress_bar_callback(self) -> ProgressBar | None:
+        return next((callback for callback in self.callbacks if isinstance(callback, ProgressBar)), None)
+
+    @property
+    def estimated_stepping_batches(self) -> float:
+        """How many optimizer steps fit() will take at most (for schedulers such as OneCycleLR)."""
+        per_epoch = self.num_training_batches / self.accumulate_grad_batches
+        per_epoch = float(int(per_epoch) + (per_epoch % 1 > 0))
+        by_epochs = per_epoch * self.max_epochs if self.max_epochs != -1 else float("inf")
+        return by_epochs if self.max_steps == -1 else min(by_epochs, float(self.max_steps))
+
+    # ---------------------------------------------------------------------------------------------
+    # Actions available during a run
+    # ---------------------------------------------------------------------------------------------
+
+    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
+        """Write a checkpoint of the current run: call it on every rank (the strategy picks the writers).
+
+        The content is documented in docs/trainer.md ("Checkpoints"); ``weights_only`` keeps the weights
+        and hyperparameters only.
+        """
+        if self.module is None or self.state is None:
+            raise CoreError("save_checkpoint() writes the state of a running fit/validate/test; call it during one.")
+        state = checkpoint_state(self, weights_only=weights_only)
+        self.module.on_save_checkpoint(state)
+        for callback in self.callbacks:
+            callback.on_save_checkpoint(self, self.module, state)
+        self._lite.save(filepath, state)
+
+    def remove_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
+        """Delete a checkpoint written by :meth:`save_checkpoint` (on global rank 0; the others skip)."""
+        if self.is_global_zero:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(filepath)
+
+    def log_to_loggers(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Send ``metrics`` to every logger at ``step`` (default: the global step), from global rank 0.
+
+        During fit the current epoch is added as ``epoch``. Call it on every rank (it only records elsewhere).
+        """
+        if self.state == "fit":
+            metrics = {**metrics, "epoch": self.current_epoch}
+        self._logged_metrics.update(metrics)
+        if self.is_global_zero:
+            at = self.global_step if step is None else step
+            for logger in self.loggers:
+                logger.log_metrics(metrics, at)
+
+    def _record_epoch_values(self, values: dict[str, float], store: MetricStore, log: bool) -> None:
+        """Epoch values become callback metrics; with ``log``, those logged with ``logger=True`` go to the loggers."""
+        for name, value in values.items():
+            self._callback_metrics[name] = torch.tensor(value, dtype=torch.float64)
+        self._prog_bar_names |= store.prog_bar_names()
+        if not log:
+            return
+        to_loggers = store.logger_names()
+        logged = {name: value for name, value in values.items() if name in to_loggers}
+        if logged:
+            self.log_to_loggers(logged)
+
+    @property
+    def filler_batch(self) -> bool:
+        """Whether the evaluation batch being run is a filler (see docs/trainer.md): skip it in your own tallies."""
+        return self._metrics.filler
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self.is_global_zero:
+            builtins.print(*args, **kwargs)
+
+    def _clip(self, optimizer: Any, value: float, algorithm: str) -> None:
+        if algorithm not in _CLIP_ALGORITHMS:
+            raise ConfigurationError(f"gradient_clip_algorithm={algorithm!r}: expected 'norm' or 'value'.")
+        module = self.module
+        if module is None:
+            raise CoreError("Gradients can be clipped only during a run.")
+        if algorithm == "norm":
+            self._lite.clip_gradients(module, optimizer, max_norm=value, error_if_nonfinite=False)
+        else:
+            self._lite.clip_gradients(module, optimizer, clip_val=value)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to the processes of ddp_spawn with the model: no run state, no reference to the model itself.
+        state = self.__dict__.copy()
+        state["module"] = None
+        state["datamodule"] = None
+        state["_step_module"] = None
+        state["optimizers"] = []
+        state["lr_scheduler_configs"] = []
+        return state
+
+    def __repr__(self) -> str:
+        return f"<Trainer state={self.state}\n{self._lite.active.config.summary()}>"
