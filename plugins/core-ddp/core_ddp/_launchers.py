@@ -53,6 +53,12 @@ _outer_exceptions: list[BaseException | None] = []
 # The local ranks this process started (``popen``), so that any failure of this rank stops them.
 _children: Supervisor | None = None
 
+# Rank 0's variables in a process that started its children with ``popen``.
+_launch_variables: dict[str, str] = {}
+
+# Whether a thread already watches this process's launcher.
+_watching = False
+
 # The last failure handled here, so that the exception hook does not handle it a second time.
 _handled: BaseException | None = None
 
@@ -230,7 +236,8 @@ def start_script_children(layout: Layout) -> Supervisor:
         workers.append(
             start_worker(script_command(), environment, layout.global_rank(local_rank), local_rank, error_file)
         )
-    os.environ.update(layout.variables(0))
+    _launch_variables.update(layout.variables(0))
+    os.environ.update(_launch_variables)
     global _children
     children = _children = Supervisor(workers, prefix=PREFIX)
     children.watch(lambda found: abort(children, found))
@@ -239,10 +246,21 @@ def start_script_children(layout: Layout) -> Supervisor:
     return children
 
 
+def restore_launch_variables() -> None:
+    """Export rank 0's variables again in a process that launched children (``popen``) for a later run.
+
+    The environment's teardown at the end of a run may remove variables it exported (``MASTER_PORT``);
+    the children still hold them, so a second run in the same script must meet them at the same place.
+    """
+    if _launch_variables:
+        os.environ.update(_launch_variables)
+
+
 def start_supervised_child() -> None:
     """In a process started by a launcher: die with it even where PDEATHSIG is not available."""
-    if supervised():
-        watch_parent()
+    global _watching
+    if supervised() and not _watching:
+        _watching = watch_parent() is not None
 
 
 # --------------------------------------------------------------------------------------------------

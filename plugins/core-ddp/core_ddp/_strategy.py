@@ -16,6 +16,7 @@ from core._resolver import is_interactive
 from core.builtin.strategies import SingleDeviceStrategy, check_reduce_op
 from core_ddp import _launchers
 from core_ddp._collectives import Communicator
+from core_ddp._rendezvous import store_for
 
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 """``popen`` re-runs the script as the other ranks; the others start them with ``torch.multiprocessing``."""
@@ -121,7 +122,8 @@ class DDPStrategy(SingleDeviceStrategy):
     @hookimpl
     def strategy_launch(self, function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         active = self.active
-        cluster = active.cluster
+        _launchers.restore_launch_variables()
+        cluster = active.refresh_cluster()
         if active.hook.environment_creates_processes_externally():
             _launchers.start_supervised_child()
             _launchers.install_exception_hook(cluster.global_rank, cluster.world_size)
@@ -161,16 +163,14 @@ class DDPStrategy(SingleDeviceStrategy):
         if dist.is_initialized():
             return
         backend = self.process_group_backend or self.active.hook.accelerator_process_group_backend() or "gloo"
-        host = f"[{cluster.main_address}]" if ":" in cluster.main_address else cluster.main_address
-        self.communicator.call(
-            "init_process_group",
-            dist.init_process_group,
-            backend,
-            init_method=f"tcp://{host}:{cluster.main_port}",
-            world_size=cluster.world_size,
-            rank=cluster.global_rank,
-            timeout=self.timeout,
-        )
+        with self.communicator.guard("init_process_group"):
+            dist.init_process_group(
+                backend,
+                store=store_for(cluster, self.timeout),
+                world_size=cluster.world_size,
+                rank=cluster.global_rank,
+                timeout=self.timeout,
+            )
 
     @hookimpl
     def strategy_teardown(self) -> None:

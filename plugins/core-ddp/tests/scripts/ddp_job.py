@@ -32,6 +32,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fail-step", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--no-function", action="store_true", help="use lite.launch() and go on in the script")
+    parser.add_argument("--repeat", type=int, default=1, help="run this many Lites one after the other")
     return parser.parse_args()
 
 
@@ -72,13 +73,16 @@ def strategy(args: argparse.Namespace) -> object:
 
 def main() -> int:
     args = parse_args()
-    lite = core.Lite(accelerator="cpu", strategy=strategy(args), devices=args.devices, num_nodes=args.num_nodes)
-    if args.no_function:
-        lite.launch()
-        returned = train(lite, args)
-    else:
-        returned = lite.launch(train, args)
-    print(f"RESULT rank={lite.global_rank} world={lite.world_size} returned={returned}", flush=True)
+    for _ in range(args.repeat):
+        lite = core.Lite(accelerator="cpu", strategy=strategy(args), devices=args.devices, num_nodes=args.num_nodes)
+        if args.no_function:
+            lite.launch()
+            returned = train(lite, args)
+        else:
+            returned = lite.launch(train, args)
+        # One write, so that the lines of two ranks sharing a pipe never interleave.
+        sys.stdout.write(f"RESULT rank={lite.global_rank} world={lite.world_size} returned={returned}\n")
+        sys.stdout.flush()
     return 0
 
 
