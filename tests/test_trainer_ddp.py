@@ -1,0 +1,71 @@
+"""The Trainer on two real processes (core-ddp): validation losses logged with ``sync_dist=True`` equal the
+single-process loss over the whole validation set, although the sets do not split evenly."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+SCRIPTS = Path(__file__).parent / "trainer_scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import ddp_validation  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.distributed,
+    pytest.mark.skipif(importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed"),
+]
+
+
+def run_script(strategy: str, output: Path) -> subprocess.CompletedProcess[str]:
+    environment = {
+        key: value for key, value in os.environ.items()
+        if key not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                       "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS"}
+    }
+    environment["OMP_NUM_THREADS"] = "1"
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / "ddp_validation.py"), strategy, str(output)],
+        capture_output=True, text=True, timeout=240, env=environment,
+    )
+
+
+def single_process_losses(state: dict[str, torch.Tensor]) -> tuple[list[float], list[float]]:
+    """Per validation set: the mean loss over every sample, and what DistributedSampler's padding would give."""
+    net = ddp_validation.Net()
+    net.load_state_dict(state)
+    exact, padded = [], []
+    with torch.no_grad():
+        for loader in ddp_validation.validation_loaders():
+            inputs, targets = loader.dataset.tensors  # type: ignore[attr-defined]
+            losses = F.cross_entropy(net(inputs), targets, reduction="none").double()
+            exact.append(float(losses.mean()))
+            repeated = (-len(losses)) % 2  # DistributedSampler pads to a multiple of the world size
+            padded.append(float(torch.cat([losses, losses[:repeated]]).mean()))
+    return exact, padded
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_sync_dist_validation_loss_on_two_processes_equals_the_full_set_loss(strategy: str, tmp_path: Path) -> None:
+    output = tmp_path / "result.pt"
+    result = run_script(strategy, output)
+    assert result.returncode == 0, result.stdout + result.stderr
+    saved = torch.load(output, weights_only=True)
+    assert saved["world_size"] == 2
+    assert saved["global_step"] == 2 * 4, "64 samples, 32 per process, batches of 8, 2 epochs"
+
+    exact, padded = single_process_losses(saved["state"])
+    for index, want in enumerate(exact):
+        key = f"val_loss/dataloader_idx_{index}"
+        assert saved["fit"][key] == pytest.approx(want, abs=1e-6), f"{key} logged during fit"
+        assert saved["validate"][index][key] == pytest.approx(want, abs=1e-6), f"{key} from validate()"
+    assert abs(padded[1] - exact[1]) > 1e-4, "with padding the odd-sized set would be biased: the test would not notice"
