@@ -24,6 +24,16 @@ from core._errors import ConfigurationError
 LOCAL_PROTOCOL: Final = "file://"
 
 
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# A temporary file is created private (0600); the checkpoint gets the mode a plain open() would give it.
+_FILE_MODE: Final = 0o666 & ~_read_umask()
+
+
 def is_url(path: str) -> bool:
     """Whether ``path`` names a protocol (``memory://x``); ``file://`` URLs count as URLs too."""
     head, separator, _ = path.partition("://")
@@ -74,6 +84,7 @@ def _write_local(target: Path, write: Callable[[IO[bytes]], None]) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(handle.name, _FILE_MODE)
         os.replace(handle.name, target)
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)

@@ -15,7 +15,7 @@ _RANK_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK"
                    "LOCAL_WORLD_SIZE", "CORE_RUN_ERROR_FILE", "CORE_RUN_PARENT_PID", "CORE_GLOBAL_SEED"}
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def job() -> Callable[..., subprocess.CompletedProcess[str]]:
     """Runs a script of tests/scripts as a job; see :func:`run_script`."""
     return run_script
