@@ -13,7 +13,7 @@ Either way the directory is written under a hidden temporary name and renamed in
 written its ``.metadata`` (last, after every rank's data), so the old checkpoint at the path survives a
 crash mid-save. Loading reads the whole state onto the CPU of the calling process, whatever the world
 size that wrote it: that is the resharding a plain ``load_state_dict`` needs (``core-fsdp`` shards it
-again in place).
+again in place). A single file written by the ``torch`` checkpoint_io loads too.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from core import CheckpointError, ConfigurationError, CoreError, hookimpl
 from core._storage import local_path
+from core.builtin.checkpoint_io import safe_torch_load
 from core_dcp._layout import holds_dtensors, join, map_tensors, split
 from core_dcp._safe import METADATA_FILE, FullReadPlanner, SafeReader
 
@@ -178,11 +179,9 @@ class DistributedCheckpointIO:
         target = self._target(path)
         if not target.exists():
             raise CheckpointError(f"No checkpoint at {path!r}: the directory does not exist.")
-        if target.is_file():
-            raise CheckpointError(
-                f"{path!r} is a file, not a distributed checkpoint directory; a single-file checkpoint is read with "
-                f"the 'torch' checkpoint_io (the default; drop plugins=['distributed'])."
-            )
+        if target.is_file():  # a full checkpoint from the 'torch' checkpoint_io: loaded into a sharded run too
+            loaded: dict[str, Any] = safe_torch_load(target, map_location, weights_only)
+            return loaded
         if not (target / METADATA_FILE).is_file():
             raise CheckpointError(
                 f"The distributed checkpoint {path!r} is incomplete: it has no {METADATA_FILE}, which is written "

@@ -96,16 +96,19 @@ def test_weights_only_covers_the_values_and_the_metadata(io: DistributedCheckpoi
     assert not mark.exists()
 
 
-def test_incomplete_missing_and_wrong_kind_of_checkpoint(io: DistributedCheckpointIO, tmp_path: Path) -> None:
+def test_incomplete_missing_and_single_file_checkpoints(io: DistributedCheckpointIO, tmp_path: Path) -> None:
     save(io, {"v": torch.ones(1)}, tmp_path / "cut")
     (tmp_path / "cut" / ".metadata").unlink()  # what a save killed before its last write leaves
     with pytest.raises(core.CheckpointError, match=r"'.*cut' is incomplete: it has no \.metadata"):
         load(io, tmp_path / "cut")
     with pytest.raises(core.CheckpointError, match=r"No checkpoint at '.*absent': the directory does not exist"):
         load(io, tmp_path / "absent")
-    (tmp_path / "file.pt").write_bytes(b"x")
-    with pytest.raises(core.CheckpointError, match="is a file, not a distributed checkpoint directory"):
-        load(io, tmp_path / "file.pt")
+    # A full checkpoint from the 'torch' checkpoint_io reads too, with the same safety.
+    torch.save({"v": torch.ones(2)}, tmp_path / "file.pt")
+    assert torch.equal(load(io, tmp_path / "file.pt")["v"], torch.ones(2))
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "file.pt").read_bytes()[:200])
+    with pytest.raises(core.CheckpointError, match="corrupt or truncated"):
+        load(io, tmp_path / "cut.pt")
 
 
 def test_urls_and_storage_options_are_refused_with_the_way_out(io: DistributedCheckpointIO, tmp_path: Path) -> None:
