@@ -106,11 +106,12 @@ class _Task:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         lite = self.lite
-        lite._connect()
         if self.function is None:  # launch() without a function: the script goes on after it
             atexit.register(lite._teardown)
+            lite._connect()
             return None
         try:
+            lite._connect()
             return self.function(lite, *args, **kwargs)
         finally:
             lite._teardown()
@@ -223,8 +224,9 @@ class Lite:
                 f"expected a torch.device."
             )
         active.device = device
-        hooks.strategy_setup_environment()
+        # Running from here on, so that a failing process-group setup is still torn down.
         self._phase = _RUNNING
+        hooks.strategy_setup_environment()
 
     def _teardown(self) -> None:
         """Release everything, in the contract's order, even when one step fails; re-raise the first error."""

@@ -324,3 +324,18 @@ def test_deprecated_shorthands_conflicting_with_the_new_arguments_are_errors() -
             core.Lite(accelerator="cpu", gpus=1)
         with pytest.raises(core.ConfigurationError, match="at most one of gpus= and tpu_cores="):
             core.Lite(gpus=1, tpu_cores=8)
+
+
+class FailingSetupStrategy(RecordingStrategy):
+    @hookimpl
+    def strategy_setup_environment(self) -> None:
+        calls.append("strategy_setup_environment")
+        raise TimeoutError("the other ranks never joined")
+
+
+def test_a_failing_process_group_setup_is_still_torn_down() -> None:
+    lite = recording_lite(FailingSetupStrategy())
+    calls.clear()
+    with pytest.raises(TimeoutError, match="the other ranks never joined"):
+        lite.launch(record_and_return, 1)
+    assert calls == [*SETUP, *TEARDOWN]  # the function never ran
