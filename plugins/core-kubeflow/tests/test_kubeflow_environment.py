@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -14,9 +15,12 @@ WORKER_POD = {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    saved = dict(os.environ)
     for name in [*WORKER_POD, "LOCAL_RANK"]:
         monkeypatch.delenv(name, raising=False)
     yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def set_variables(monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]) -> None:

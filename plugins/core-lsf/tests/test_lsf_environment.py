@@ -23,10 +23,13 @@ HOST = socket.gethostname()
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    saved = dict(os.environ)
     for name in list(os.environ):
         if name.startswith(("LSB_", "JSM_", "MASTER_")):
             monkeypatch.delenv(name)
     yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture

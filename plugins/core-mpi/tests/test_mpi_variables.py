@@ -31,10 +31,13 @@ MVAPICH = {
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    saved = dict(os.environ)
     for name in list(os.environ):
         if name.startswith(("OMPI_", "PMI_", "PMIX_", "MV2_", "MPI_", "MPIRUN_", "MASTER_")):
             monkeypatch.delenv(name)
     yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.mark.parametrize(

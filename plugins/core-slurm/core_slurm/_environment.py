@@ -9,9 +9,10 @@ Variables read (all set by SLURM in every task):
   ``SLURM_JOB_NODELIST``; port ``MASTER_PORT`` when set, else ``15000 + the last four digits of
   SLURM_JOB_ID`` (Lightning's rule: every task computes the same port without talking);
 - detection: ``SLURM_JOB_NAME`` (``bash`` and ``interactive`` mark an interactive allocation, which is left
-  to other environments), ``SLURM_STEP_ID`` (present in tasks that ``srun`` started), and
-  ``OMPI_COMM_WORLD_SIZE`` (processes that Open MPI's ``mpirun`` started inside an allocation belong to
-  the ``mpi`` environment, not to the daemon step whose ``SLURM_PROCID`` they inherit).
+  to other environments), ``SLURM_STEP_ID`` (present in tasks that ``srun`` started), and the MPI
+  launchers' ``OMPI_COMM_WORLD_SIZE``, ``MV2_COMM_WORLD_SIZE`` and ``PMI_SIZE`` (ranks that ``mpirun``
+  started inside an allocation belong to the ``mpi`` environment, not to the step whose ``SLURM_PROCID``
+  they inherit: see ``started_by_mpi_launcher``).
 """
 
 from __future__ import annotations
@@ -66,14 +67,23 @@ def started_by_srun() -> bool:
     return "SLURM_STEP_ID" in os.environ or "SLURM_STEPID" in os.environ
 
 
-def started_by_open_mpi() -> bool:
-    """Open MPI's ``mpirun`` sets ``OMPI_COMM_WORLD_SIZE``; ``srun`` never does."""
-    return "OMPI_COMM_WORLD_SIZE" in os.environ
+def started_by_mpi_launcher() -> bool:
+    """An ``mpirun`` / ``mpiexec`` rank inside the allocation, whose ranks are the launcher's, not SLURM's.
+
+    Open MPI and MVAPICH2 set ``OMPI_COMM_WORLD_SIZE`` / ``MV2_COMM_WORLD_SIZE``, which ``srun`` never does.
+    ``srun --mpi=pmi2`` sets ``PMI_SIZE`` equal to ``SLURM_NTASKS``; Hydra (MPICH, Intel MPI) starts its ranks
+    from one proxy task per node, so there ``PMI_SIZE`` differs, unless each node runs one rank, and then
+    SLURM's ranks are the launcher's.
+    """
+    if "OMPI_COMM_WORLD_SIZE" in os.environ or "MV2_COMM_WORLD_SIZE" in os.environ:
+        return True
+    pmi_size = os.environ.get("PMI_SIZE")
+    return pmi_size is not None and pmi_size != os.environ.get("SLURM_NTASKS")
 
 
 def is_slurm_task() -> bool:
-    """The detection rule: a SLURM task count, no interactive job name, and not an ``mpirun`` rank."""
-    return "SLURM_NTASKS" in os.environ and not is_interactive() and not started_by_open_mpi()
+    """The detection rule: a SLURM task count, no interactive job name, and not an MPI launcher's rank."""
+    return "SLURM_NTASKS" in os.environ and not is_interactive() and not started_by_mpi_launcher()
 
 
 def main_address() -> str:
@@ -100,12 +110,18 @@ def main_port() -> int:
     return PORT_BASE + int(digits)
 
 
+def _started_by_another_launcher() -> bool:
+    """torchrun, an MPI launcher, or core's own (``LOCAL_RANK``) started this process: srun is not missing."""
+    return started_by_mpi_launcher() or any(name in os.environ for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK"))
+
+
 def _warn_if_srun_unused() -> None:
     """Inside a job's batch script with several tasks but not started by srun: the classic hang."""
     if (
         "SLURM_JOB_ID" in os.environ
         and not started_by_srun()
         and not is_interactive()
+        and not _started_by_another_launcher()
         and os.environ.get("SLURM_NTASKS") != "1"
         and shutil.which("srun") is not None
     ):

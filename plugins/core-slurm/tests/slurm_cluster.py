@@ -29,6 +29,9 @@ import pytest
 
 SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "scontrol", "sinfo", "squeue", "scancel")
 STARTUP_TIMEOUT = 60.0
+# What the test process may have inherited from a scheduler or launcher; never passed on to the jobs.
+LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MV2_", "LSB_", "JSM_", "TORCHELASTIC_", "MASTER_")
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 
 def require_binaries(names: Sequence[str], install_hint: str) -> None:
@@ -113,8 +116,11 @@ class SlurmCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        """This process's environment without SLURM_* variables, pointed at the private cluster."""
-        env = {name: value for name, value in os.environ.items() if not name.startswith("SLURM_")}
+        """This process's environment without scheduler or launcher variables, pointed at the private cluster."""
+        env = {
+            name: value for name, value in os.environ.items()
+            if not name.startswith(LAUNCHER_PREFIXES) and name not in LAUNCHER_VARIABLES
+        }
         env["SLURM_CONF"] = str(self.conf)
         return env
 
@@ -224,12 +230,18 @@ class SlurmCluster:
         return self.run(["srun", *args], **kwargs)  # type: ignore[arg-type]
 
     def sbatch(self, args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30) -> str:
-        """Submit a batch job and return its id (with ``--wait``, once it ended, whatever its exit code)."""
+        """Submit a batch job and return its id."""
         result = self.run(["sbatch", "--parsable", *args], env=env, timeout=timeout, check=False)
         job_id = result.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise AssertionError(f"sbatch {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
         return job_id
+
+    def wait_for_end(self, job_id: str, timeout: float = 120) -> dict[str, str]:
+        """Poll until the job ended (quicker than ``sbatch --wait``, which backs off to half a minute)."""
+        ended = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+        wait_until(lambda: self.job(job_id).get("JobState") in ended, timeout, f"job {job_id} to end")
+        return self.job(job_id)
 
     def job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job`` as a mapping (JobState, Restarts, ...); empty once SLURM forgot the job."""

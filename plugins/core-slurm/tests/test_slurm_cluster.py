@@ -101,8 +101,30 @@ def test_a_batch_script_without_srun_warns_and_refuses_several_tasks(
     script = tmp_path / "batch.sh"
     (tmp_path / "validate.py").write_text(VALIDATE)
     script.write_text(f"#!/bin/bash\n{sys.executable} {tmp_path / 'validate.py'} 2 1\n")
-    slurm_cluster.sbatch(["--ntasks=2", "--ntasks-per-node=2", "--wait", f"--output={output}", str(script)])
+    slurm_cluster.wait_for_end(
+        slurm_cluster.sbatch(["--ntasks=2", "--ntasks-per-node=2", f"--output={output}", str(script)])
+    )
     text = output.read_text()
     # Detected (the batch shell has SLURM_NTASKS), warned, and refused instead of waiting for a second task.
     assert "detected\n" in text and "CoreWarning" in text and "prepend it, as in `srun python script.py`" in text
     assert "error: SLURM allocated SLURM_NTASKS=2 tasks, but this process was not started by srun" in text
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+def test_mpirun_inside_a_batch_job_is_left_to_the_mpi_environment(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # Open MPI's ranks inherit the batch step's SLURM_PROCID=0; their own ranks are OMPI_COMM_WORLD_*.
+    output = tmp_path / "mpirun.out"
+    script = tmp_path / "mpirun.sh"
+    script.write_text(
+        "#!/bin/bash\nexport OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n"
+        f"mpirun -n 2 {sys.executable} {PROBE} 2 1\n"
+    )
+    job_id = slurm_cluster.sbatch(["--ntasks=2", "--ntasks-per-node=2", f"--output={output}", str(script)])
+    job = slurm_cluster.wait_for_end(job_id)
+    reports = probe_lines(output.read_text())
+    assert job["JobState"] == "COMPLETED", output.read_text()
+    assert [(r["environment"], r["global_rank"]) for r in reports] == [("mpi", 0), ("mpi", 1)]
+    assert all(r["warnings"] == [] for r in reports)  # mpirun started them: no "prepend srun" advice

@@ -30,11 +30,14 @@ SRUN_TASK = {  # what srun gives task 5 of `srun --nodes=4 --ntasks-per-node=2` 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    saved = dict(os.environ)
     for name in list(os.environ):
         if name.startswith(("SLURM_", "OMPI_", "PMI_", "MASTER_")):
             monkeypatch.delenv(name)
     handler = signal.getsignal(signal.SIGUSR1)
     yield
+    os.environ.clear()
+    os.environ.update(saved)
     signal.signal(signal.SIGUSR1, handler)
 
 
@@ -95,8 +98,11 @@ def test_a_missing_rank_says_srun_did_not_start_the_process(monkeypatch: pytest.
         (SRUN_TASK, True),
         ({**SRUN_TASK, "SLURM_JOB_NAME": "bash"}, False),
         ({**SRUN_TASK, "SLURM_JOB_NAME": "interactive"}, False),
-        # mpirun inside an allocation: the ranks belong to Open MPI, not to the daemon step's SLURM_PROCID.
+        # mpirun inside an allocation: the ranks belong to the MPI launcher, not to the step's SLURM_PROCID.
         ({**SRUN_TASK, "OMPI_COMM_WORLD_SIZE": "8"}, False),
+        ({**SRUN_TASK, "MV2_COMM_WORLD_SIZE": "8"}, False),
+        ({**SRUN_TASK, "PMI_SIZE": "16", "PMI_RANK": "11"}, False),  # Hydra: two ranks per proxy task
+        ({**SRUN_TASK, "PMI_SIZE": "8", "PMI_RANK": "5"}, True),  # srun --mpi=pmi2: SLURM's own ranks
         ({"SLURM_JOB_ID": "3"}, False),  # an allocation without a task count: not an srun task
     ],
 )
@@ -168,6 +174,8 @@ def srun_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ({"SLURM_JOB_ID": "9", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}, False),  # started by srun
         ({"SLURM_JOB_ID": "9", "SLURM_NTASKS": "2", "SLURM_JOB_NAME": "interactive"}, False),
         ({}, False),  # a login node: srun exists, no job, nothing to say
+        ({"SLURM_JOB_ID": "9", "SLURM_NTASKS": "2", "OMPI_COMM_WORLD_SIZE": "2"}, False),  # mpirun started it
+        ({"SLURM_JOB_ID": "9", "SLURM_NTASKS": "2", "TORCHELASTIC_RUN_ID": "x"}, False),  # torchrun started it
     ],
 )
 def test_warns_when_srun_exists_but_did_not_start_the_process(

@@ -29,12 +29,15 @@ ORDER = ["torchelastic", "slurm", "lsf", "mpi"]
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    saved = dict(os.environ)
     prefixes = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MV2_", "LSB_", "JSM_", "TORCHELASTIC_", "MASTER_")
     for name in list(os.environ):
         if name.startswith(prefixes) or name in ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("PATH", str(Path(os.__file__).parent))  # no srun here: no "srun unused" warning
     yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def detected() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -23,9 +24,12 @@ WORKER = {  # worker 3 of `torchrun --nnodes 2 --nproc-per-node 2`, on node 1
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    saved = dict(os.environ)
     for name in [*WORKER, "TORCHELASTIC_RESTART_COUNT"]:
         monkeypatch.delenv(name, raising=False)
     yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def set_variables(monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]) -> None:
