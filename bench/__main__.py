@@ -15,6 +15,7 @@ from bench._harness import Result, write_report
 
 # name -> (module, full-size argument, tiny argument)
 BENCHMARKS = {
+    "overhead": ("bench.overhead", 400, 5),
     "startup": ("bench.startup", 5, 1),
     "hooks": ("bench.hooks", 20000, 100),
 }

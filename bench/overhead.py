@@ -1,0 +1,64 @@
+"""Step overhead: the same MLP and data in a raw loop, under Lite and under the Trainer.
+
+Each configuration runs in a fresh process (``bench/overhead_worker.py``) that times steady-state steps;
+raw and candidate alternate (A B A B ...) and the medians are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from bench._harness import Result, alternate
+
+PY = sys.executable
+TORCHRUN = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
+
+
+def _seconds_per_step(command: Sequence[str]) -> float:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    if completed.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{completed.stdout[-2000:]}\n{completed.stderr[-3000:]}")
+    line = next(line for line in completed.stdout.splitlines() if line.startswith('{"mode"'))
+    return float(json.loads(line)["seconds_per_step"])
+
+
+def _worker(mode: str, steps: int, ddp: bool) -> list[str]:
+    args = ["-m", "bench.overhead_worker", mode, str(steps), *(["--ddp"] if ddp else [])]
+    if ddp and mode == "raw":
+        return [*TORCHRUN, *args]
+    return [PY, *args]
+
+
+def _compare(candidate: str, steps: int, repetitions: int, ddp: bool, target: float, label: str) -> Result:
+    raw_s, ours_s, raw_all, ours_all = alternate(
+        lambda: _seconds_per_step(_worker("raw", steps, ddp)),
+        lambda: _seconds_per_step(_worker(candidate, steps, ddp)),
+        repetitions,
+    )
+    return Result(
+        f"step time, {label} vs raw loop ({'2-process DDP over gloo' if ddp else 'single process'})",
+        ours_s, raw_s, "s", f"<= {target:.2f}x", met=ours_s / raw_s <= target,
+        note=f"samples raw {[round(s * 1e6) for s in raw_all]} us, ours {[round(s * 1e6) for s in ours_all]} us",
+    )
+
+
+def run(scale: int) -> list[Result]:
+    """``scale`` is the number of timed steps; repetitions are 5 at full size and 1 when tiny."""
+    repetitions = 5 if scale >= 100 else 1
+    results = [
+        _compare("lite", scale, repetitions, ddp=False, target=1.02, label="Lite"),
+        _compare("lite", scale, repetitions, ddp=True, target=1.02, label="Lite"),
+    ]
+    from bench.overhead_worker import MODES
+
+    for mode, label in (("trainer", "Trainer (logger, checkpoints, progress bar off)"),
+                        ("trainer_full", "Trainer (logger, checkpoints, progress bar on)")):
+        if mode in MODES:
+            results.append(_compare(mode, scale, repetitions, ddp=False, target=1.05, label=label))
+            results.append(_compare(mode, scale, repetitions, ddp=True, target=1.05, label=label))
+    return results

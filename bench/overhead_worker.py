@@ -1,0 +1,102 @@
+"""One timed training run: raw PyTorch, Lite or Trainer, on the same MLP and data.
+
+``python -m bench.overhead_worker MODE STEPS [--ddp]`` prints one JSON line from global rank 0:
+``{"mode": ..., "seconds_per_step": ...}``, timed over ``STEPS`` steps after a warm-up. For ``--ddp`` the
+raw mode expects to be started by torchrun; the core modes start their own second process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+WARMUP = 20
+BATCH = 64
+
+
+def make_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    )
+
+
+def make_loader(steps: int, world_size: int) -> DataLoader[Any]:
+    generator = torch.Generator().manual_seed(0)
+    count = (steps + WARMUP) * BATCH * world_size
+    features = torch.randn(count, 64, generator=generator)
+    data = TensorDataset(features, torch.randint(0, 10, (count,), generator=generator))
+    return DataLoader(data, batch_size=BATCH, shuffle=False)
+
+
+def timed_loop(model: Any, optimizer: Any, loader: Any, backward: Any, steps: int) -> float:
+    iterator = iter(loader)
+    start = 0.0
+    for step in range(WARMUP + steps):
+        if step == WARMUP:
+            start = time.perf_counter()
+        features, labels = next(iterator)
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(features), labels)
+        backward(loss)
+        optimizer.step()
+    return (time.perf_counter() - start) / steps
+
+
+def raw(steps: int, ddp: bool) -> tuple[float, bool]:
+    model = make_model()
+    world_size, rank = 1, 0
+    if ddp:
+        torch.distributed.init_process_group("gloo")
+        world_size, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    loader = make_loader(steps, world_size)
+    if ddp:
+        sampler = torch.utils.data.DistributedSampler(loader.dataset, shuffle=False)
+        loader = DataLoader(loader.dataset, batch_size=BATCH, sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    seconds = timed_loop(model, optimizer, loader, lambda loss: loss.backward(), steps)
+    if ddp:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    return seconds, rank == 0
+
+
+def lite(steps: int, ddp: bool) -> tuple[float, bool]:
+    from core import Lite
+
+    def run(lite: Lite) -> tuple[float, bool]:
+        model = make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        model, optimizer = lite.setup(model, optimizer)
+        loader = lite.setup_dataloaders(make_loader(steps, lite.world_size))
+        return timed_loop(model, optimizer, loader, lite.backward, steps), lite.is_global_zero
+
+    strategy = "ddp" if ddp else "single_device"
+    result = Lite(accelerator="cpu", strategy=strategy, devices=2 if ddp else 1).launch(run)
+    return result if result is not None else (0.0, False)
+
+
+MODES = {"raw": raw, "lite": lite}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=sorted(MODES))
+    parser.add_argument("steps", type=int)
+    parser.add_argument("--ddp", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1 if args.ddp else int(os.environ.get("BENCH_THREADS", "1")))
+    seconds, is_zero = MODES[args.mode](args.steps, args.ddp)
+    if is_zero:
+        print(json.dumps({"mode": args.mode, "seconds_per_step": seconds}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
