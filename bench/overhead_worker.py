@@ -58,7 +58,9 @@ def raw(steps: int, ddp: bool) -> tuple[float, bool]:
         model = torch.nn.parallel.DistributedDataParallel(model)
     loader = make_loader(steps, world_size)
     if ddp:
-        sampler = torch.utils.data.DistributedSampler(loader.dataset, shuffle=False)
+        sampler: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(
+            loader.dataset, shuffle=False
+        )
         loader = DataLoader(loader.dataset, batch_size=BATCH, sampler=sampler)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     seconds = timed_loop(model, optimizer, loader, lambda loss: loss.backward(), steps)
