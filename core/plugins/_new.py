@@ -171,8 +171,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"have to pin one ({args.kind}='{root.name}:{args.name}'). Consider another name.",
             file=sys.stderr,
         )
+    where = str(root) if root.is_absolute() or str(root).startswith(".") else f"./{root}"
+    steps = [
+        (f"pip install -e {where}", f"registers the entry point {args.name!r}"),
+        (f"pytest {where}/tests", "runs core's conformance kit against it"),
+        (f"python -m core.plugins show {args.name}", "what core sees"),
+    ]
+    width = max(len(command) for command, _ in steps)
     print("\nNext:")
-    print(f"  pip install -e '{root}[test]'        # registers the entry point {args.name!r}")
-    print(f"  pytest {root / 'tests'}      # core's conformance kit")
-    print(f"  python -m core.plugins show {args.name}")
+    for command, comment in steps:
+        print(f"  {command.ljust(width)}   # {comment}")
     return 0
