@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 DISTS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml))
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint typecheck unit demo bench docs clean
+.PHONY: setup test lint typecheck unit demo bench bench-peers docs clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,13 @@ demo: setup
 
 bench: setup
 	$(PY) -m bench
+
+# Peers run in their own environment: Lightning and Accelerate are never dependencies of the project.
+PEERS_VENV := .venv-peers
+bench-peers:
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet -c constraints.txt torch lightning accelerate attrs
+	$(PEERS_VENV)/bin/python -m bench.peers
 
 docs: setup
 	$(PY) scripts/gen_hooks_doc.py

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -36,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"{result.ratio:.3f}x" if result.ratio is not None else "-"
             print(f"  {result.name}: ours {result.ours:.6g} {result.unit}, ratio {ratio}, met={result.met}", flush=True)
             results.append(result)
+    peers_file = Path(__file__).resolve().parent / "results-peers.json"
+    if not args.tiny and not args.only and peers_file.exists():
+        peers = json.loads(peers_file.read_text())
+        print(f"[bench] adding peers from {peers_file.name} ({peers['date']}, {peers['versions']})")
+        results += [Result(**row) for row in peers["results"]]
     header = "Tiny smoke run: figures are meaningless." if args.tiny else (
         "Each row alternates baseline and candidate (A B A B ...) and reports medians. See bench/README.md."
     )

@@ -1,0 +1,95 @@
+"""One timed run of a peer framework on the same MLP and data as bench/overhead_worker.py.
+
+Runs only in the separate peers environment (``make bench-peers``): Lightning and Accelerate are never
+dependencies of the project. ``python -m bench.peers_worker MODE STEPS [--ddp]`` prints one JSON line from
+global rank 0. For ``--ddp`` every mode is started by torchrun, so all peers see the same 2 processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import torch
+
+from bench.overhead_worker import WARMUP, make_loader, make_model, raw, timed_loop
+
+
+def fabric(steps: int, ddp: bool) -> tuple[float, bool]:
+    from lightning.fabric import Fabric  # type: ignore[import-not-found]
+
+    runner = Fabric(accelerator="cpu", strategy="ddp" if ddp else "auto", devices=2 if ddp else 1)
+    runner.launch()
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer = runner.setup(model, optimizer)
+    loader = runner.setup_dataloaders(make_loader(steps, runner.world_size))
+    seconds = timed_loop(model, optimizer, loader, runner.backward, steps)
+    return seconds, runner.global_rank == 0
+
+
+def lightning_trainer(steps: int, ddp: bool) -> tuple[float, bool]:
+    import lightning as L  # type: ignore[import-not-found]
+
+    class Timed(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = make_model()
+            self.start = 0.0
+            self.seconds = 0.0
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if batch_idx == WARMUP:
+                self.start = time.perf_counter()
+            features, labels = batch
+            return torch.nn.functional.cross_entropy(self.model(features), labels)
+
+        def on_train_end(self) -> None:
+            self.seconds = (time.perf_counter() - self.start) / steps
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    module = Timed()
+    trainer = L.Trainer(
+        accelerator="cpu", strategy="ddp" if ddp else "auto", devices=2 if ddp else 1,
+        max_steps=WARMUP + steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    world_size = 2 if ddp else 1
+    trainer.fit(module, train_dataloaders=make_loader(steps, world_size))
+    return module.seconds, trainer.global_rank == 0
+
+
+def accelerate(steps: int, ddp: bool) -> tuple[float, bool]:
+    from accelerate import Accelerator  # type: ignore[import-not-found]
+
+    accelerator = Accelerator(cpu=True)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = make_loader(steps, accelerator.num_processes)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    seconds = timed_loop(model, optimizer, loader, accelerator.backward, steps)
+    return seconds, accelerator.is_main_process
+
+
+MODES = {"raw": raw, "fabric": fabric, "lightning": lightning_trainer, "accelerate": accelerate}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=sorted(MODES))
+    parser.add_argument("steps", type=int)
+    parser.add_argument("--ddp", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    seconds, is_zero = MODES[args.mode](args.steps, args.ddp)
+    if is_zero:
+        print(json.dumps({"mode": args.mode, "seconds_per_step": seconds, "pid": os.getpid()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
