@@ -94,23 +94,42 @@ def _numpy_random() -> Any:
     return numpy.random
 
 
-def capture_rng() -> dict[str, torch.Tensor]:
-    """This process's generator states: torch (CPU and initialised CUDA devices), ``random``, numpy."""
-    version, internal, gauss = random.getstate()
-    python = [float(version), *map(float, internal), float(gauss is not None), float(gauss or 0.0)]
-    state = {"torch": torch.get_rng_state(), "python": torch.tensor(python, dtype=torch.float64)}
+def snapshot_rng() -> dict[str, Any]:
+    """This process's generator states as they are: torch (CPU and initialised CUDA devices), ``random``, numpy.
+
+    Cheap enough for every epoch start; :func:`pack_rng` turns them into tensors only when a checkpoint is saved.
+    """
     numpy_random = _numpy_random()
-    if numpy_random is not None:
-        _, keys, position, has_gauss, cached = numpy_random.get_state()
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": numpy_random.get_state() if numpy_random is not None else None,
+        "cuda": torch.cuda.get_rng_state_all() if cuda else None,
+    }
+
+
+def pack_rng(captured: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """:func:`snapshot_rng`'s states as fixed-size tensors, the same shapes on every rank (to gather and save)."""
+    version, internal, gauss = captured["python"]
+    python = [float(version), *map(float, internal), float(gauss is not None), float(gauss or 0.0)]
+    packed = {"torch": captured["torch"], "python": torch.tensor(python, dtype=torch.float64)}
+    if captured["numpy"] is not None:
+        _, keys, position, has_gauss, cached = captured["numpy"]
         numbers = [*map(float, keys), float(position), float(has_gauss), float(cached)]
-        state["numpy"] = torch.tensor(numbers, dtype=torch.float64)
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.stack(torch.cuda.get_rng_state_all())
-    return state
+        packed["numpy"] = torch.tensor(numbers, dtype=torch.float64)
+    if captured["cuda"] is not None:
+        packed["cuda"] = torch.stack(captured["cuda"])
+    return packed
+
+
+def capture_rng() -> dict[str, torch.Tensor]:
+    """This process's generator states, packed: ``pack_rng(snapshot_rng())``."""
+    return pack_rng(snapshot_rng())
 
 
 def restore_rng(state: dict[str, torch.Tensor]) -> None:
-    """Set this process's generators from :func:`capture_rng`'s result."""
+    """Set this process's generators from :func:`pack_rng`'s result (one rank's row of a checkpoint)."""
     torch.set_rng_state(state["torch"].to("cpu", torch.uint8))
     python = [int(value) for value in state["python"][:-2].tolist()]
     has_gauss, gauss = state["python"][-2:].tolist()
@@ -138,7 +157,8 @@ def rng_of_rank(saved: dict[str, torch.Tensor], global_rank: int) -> dict[str, t
     """The generator states of ``global_rank`` in a gathered record, ``None`` when that rank was not saved."""
     if global_rank >= saved["torch"].shape[0]:
         return None
-    return {name: stacked[global_rank] for name, stacked in saved.items()}
+    # A copy, not a view: torch.set_rng_state reads a rank > 0's row of the stack from its storage's start.
+    return {name: stacked[global_rank].clone() for name, stacked in saved.items()}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -187,7 +207,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
             # The epoch's accumulated metrics matter only when the epoch is not finished.
             "results": {} if progress.epoch_finished else trainer._train_metrics.state_dict(),
             "rng": gather_rng(trainer.lite, capture_rng()),
-            "rng_epoch_start": gather_rng(trainer.lite, trainer._epoch_start_rng or capture_rng()),
+            "rng_epoch_start": gather_rng(trainer.lite, pack_rng(trainer._epoch_start_rng or snapshot_rng())),
             "callbacks": {
                 callback.state_key: callback.state_dict() for callback in trainer.callbacks if callback.state_dict()
             },

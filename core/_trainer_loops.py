@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from core._errors import ConfigurationError
-from core._trainer_checkpoint import capture_rng, restore_rng
+from core._trainer_checkpoint import restore_rng, snapshot_rng
 from core._trainer_data import PreparedLoader, epoch_setters
 from core._trainer_eval import validate_in_fit
 from core._trainer_logging import EPOCH, TRAIN_BATCH
@@ -162,7 +162,7 @@ class FitLoop:
             set_epoch(progress.epoch)
         if resuming and trainer._resume_rng is not None and trainer._resume_rng[1] is not None:
             restore_rng(trainer._resume_rng[1])  # the generators as they were when this epoch's data was drawn
-        trainer._epoch_start_rng = capture_rng()
+        trainer._epoch_start_rng = snapshot_rng()
         iterator = iter(self.train.loader)
         exhausted = False
         if resuming:

@@ -185,7 +185,7 @@ class Trainer:
         self._logged_metrics: dict[str, float] = {}
         self._prog_bar_names: set[str] = set()
         self._hooks = CallbackHooks(self.callbacks)
-        self._epoch_start_rng: dict[str, torch.Tensor] | None = None
+        self._epoch_start_rng: dict[str, Any] | None = None
         self._resume_rng: tuple[Any, Any] | None = None
         self._step_module: Any = None
 
