@@ -79,12 +79,15 @@ class BoundHooks:
         "strategy_distributed_sampler_kwargs",
         "strategy_launch",
         "strategy_load_checkpoint",
+        "strategy_load_state",
         "strategy_module_init_context",
         "strategy_optimizer_step",
         "strategy_reduce",
         "strategy_save_checkpoint",
+        "strategy_save_state",
         "strategy_setup_environment",
         "strategy_setup_module",
+        "strategy_setup_module_and_optimizers",
         "strategy_setup_optimizer",
         "strategy_teardown",
     )
@@ -123,6 +126,10 @@ class BoundHooks:
         )
         self.strategy_save_checkpoint: Hook = bind("strategy_save_checkpoint", default=_default_save(active))
         self.strategy_load_checkpoint: Hook = bind("strategy_load_checkpoint", default=_default_load(active))
+        # Optional hooks of strategies that own an engine (DeepSpeed); None sends Lite down the usual path.
+        self.strategy_setup_module_and_optimizers: Hook = bind("strategy_setup_module_and_optimizers", default=_nothing)
+        self.strategy_save_state: Hook = bind("strategy_save_state", default=_nothing)
+        self.strategy_load_state: Hook = bind("strategy_load_state", default=_nothing)
 
         self.strategy_teardown: Hook = bind("strategy_teardown", default=_nothing)
         self.checkpoint_io_teardown: Hook = bind("checkpoint_io_teardown", default=_nothing)

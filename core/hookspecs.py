@@ -306,6 +306,23 @@ def strategy_setup_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Op
 
 
 @hookspec(firstresult=True)
+def strategy_setup_module_and_optimizers(
+    module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]
+) -> tuple[torch.nn.Module, list[Any]] | None:
+    """Prepare a module and its optimizers in one step, for strategies that must see both at once.
+
+    :param module: The user's module, already moved to the device and converted by the precision.
+    :param optimizers: The optimizers over its parameters, in the order given to ``Lite.setup``.
+    :return: The module to train and the optimizers to step, one per optimizer given; ``None`` to let
+        :func:`strategy_setup_module` and :func:`strategy_setup_optimizer` prepare them one by one.
+
+    Implemented by strategies whose engine takes the model and the optimizer together (DeepSpeed's
+    ``deepspeed.initialize``); optional. Called once by ``Lite.setup(module, *optimizers)`` when it is given
+    optimizers, instead of the separate hooks. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
 def strategy_backward(tensor: torch.Tensor, module: torch.nn.Module | None) -> bool | None:
     """Run the backward pass of ``tensor``.
 
@@ -424,6 +441,44 @@ def strategy_load_checkpoint(path: str, weights_only: bool) -> dict[str, Any]:
     :return: The full state as written.
 
     Implemented by strategies. Called by ``Lite.load`` on every rank. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_save_state(
+    path: str, state: Mapping[str, Any], filter: Mapping[str, Callable[[str, Any], bool]] | None
+) -> bool | None:
+    """Write a ``Lite.save`` state whose modules and optimizers are still objects.
+
+    :param path: Where to write.
+    :param state: The state as given to ``Lite.save``, with Lite's wrappers removed: modules and optimizers
+        as the strategy's setup hooks returned them, other values as given.
+    :param filter: ``Lite.save``'s ``filter``: for some keys, a function ``(name, value) -> bool`` choosing the
+        entries of that object's state dict to keep.
+    :return: ``True`` once written; ``None`` to let Lite turn the objects into state dicts and call
+        :func:`strategy_save_checkpoint`.
+
+    Implemented by strategies that own the training state in an engine (DeepSpeed), where each rank writes
+    its shard through the engine; optional. Called by ``Lite.save`` on every rank, before anything else.
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def strategy_load_state(path: str, state: dict[str, Any], strict: bool, weights_only: bool) -> dict[str, Any] | None:
+    """Restore a checkpoint written by :func:`strategy_save_state` into the objects of a ``Lite.load`` state.
+
+    :param path: Where to read.
+    :param state: The state as given to ``Lite.load``, with Lite's wrappers removed. Modules and optimizers are
+        restored in place; plain values are replaced in this dict by the saved ones.
+    :param strict: Every key of ``state`` must be in the checkpoint, and module keys must match.
+    :param weights_only: Refuse to unpickle anything but tensors, plain containers and records the strategy
+        vouches for.
+    :return: The entries of the checkpoint that ``state`` did not ask for; ``None`` to let Lite read the
+        checkpoint with :func:`strategy_load_checkpoint` and restore it.
+
+    Implemented by strategies that implement :func:`strategy_save_state`; optional. Called by ``Lite.load`` on
+    every rank when it is given a state to restore. Stops at first non-None result.
     """
 
 

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 from core._active import ActiveSet
 from core._collections import apply_to_tensors
 from core._errors import BrokenPluginError, CheckpointError, ConfigurationError, CoreDeprecationWarning, CoreError
-from core._lite_checkpoint import PRECISION_KEY, Filter, restore, to_checkpoint
+from core._lite_checkpoint import PRECISION_KEY, Filter, is_stateful, restore, to_checkpoint
 from core._lite_data import with_distributed_sampler
 from core._lite_hooks import BoundHooks
 from core._lite_wrappers import LiteDataLoader, LiteModule, LiteOptimizer, wrap_optimizer
@@ -95,6 +95,18 @@ def _snapshot(settings: dict[str, Any]) -> dict[str, Any]:
         return copy.deepcopy(settings)
     except Exception:  # an object that cannot be copied is sent as it is; pickling may then refuse it
         return dict(settings)
+
+
+def _unwrapped(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The state with Lite's wrappers removed: modules and optimizers as the strategy's setup returned them."""
+    objects = {}
+    for key, value in state.items():
+        if isinstance(value, LiteModule):
+            value = value.__dict__["_forward"]
+        elif isinstance(value, LiteOptimizer):
+            value = value.optimizer
+        objects[key] = value
+    return objects
 
 
 class _Task:
@@ -344,35 +356,58 @@ class Lite:
     def setup(
         self, module: torch.nn.Module, *optimizers: torch.optim.Optimizer, move_to_device: bool = True
     ) -> LiteModule | tuple[Any, ...]:
-        """Set up a module and its optimizers; returns the module alone, or ``(module, *optimizers)``."""
-        lite_module = self.setup_module(module, move_to_device=move_to_device)
+        """Set up a module and its optimizers; returns the module alone, or ``(module, *optimizers)``.
+
+        A strategy that must see the module and its optimizers together (DeepSpeed) sets them up in one step
+        through ``strategy_setup_module_and_optimizers``; any other sets them up one by one.
+        """
         if not optimizers:
-            return lite_module
-        return (lite_module, *(self._setup_optimizer(optimizer) for optimizer in optimizers))
+            return self.setup_module(module, move_to_device=move_to_device)
+        converted = self._convert_module(module, move_to_device)
+        for optimizer in optimizers:
+            self._check_optimizer(optimizer)
+        hooks = self._hooks
+        together = hooks.strategy_setup_module_and_optimizers(module=converted, optimizers=list(optimizers))
+        if together is None:
+            lite_module = self._wrap_module(hooks.strategy_setup_module(module=converted), converted)
+            return (lite_module, *(self._setup_optimizer(optimizer) for optimizer in optimizers))
+        forward_module, prepared = together
+        if len(prepared) != len(optimizers):
+            raise BrokenPluginError(
+                f"The strategy {self._active.config.strategy!r} returned {len(prepared)} optimizer(s) from "
+                f"strategy_setup_module_and_optimizers for the {len(optimizers)} given; expected one per optimizer."
+            )
+        lite_module = self._wrap_module(forward_module, converted)
+        return (lite_module, *(wrap_optimizer(optimizer, hooks.strategy_optimizer_step) for optimizer in prepared))
 
     def setup_module(self, module: torch.nn.Module, move_to_device: bool = True) -> LiteModule:
         """Convert a module to the precision, move it to the device and let the strategy wrap it."""
+        converted = self._convert_module(module, move_to_device)
+        return self._wrap_module(self._hooks.strategy_setup_module(module=converted), converted)
+
+    def _convert_module(self, module: torch.nn.Module, move_to_device: bool) -> torch.nn.Module:
         self._require_running("setup_module")
         if isinstance(module, LiteModule):
             raise CoreError("This module was already set up by Lite.setup / setup_module; set each module up once.")
         if not isinstance(module, torch.nn.Module):
             raise ConfigurationError(f"setup_module() takes a torch.nn.Module, got {type(module).__qualname__}.")
-        hooks = self._hooks
-        converted = hooks.precision_convert_module(module=module)
+        converted: torch.nn.Module = self._hooks.precision_convert_module(module=module)
         if move_to_device:
             converted = converted.to(self.device)
-        forward_module = hooks.strategy_setup_module(module=converted)
+        return converted
+
+    def _wrap_module(self, forward_module: torch.nn.Module, converted: torch.nn.Module) -> LiteModule:
         self._module_count += 1
         # backward() without model= refers to the one module, as long as there is only one.
         self._single_module = forward_module if self._module_count == 1 else None
-        return LiteModule(forward_module, converted, hooks)
+        return LiteModule(forward_module, converted, self._hooks)
 
     def setup_optimizers(self, *optimizers: torch.optim.Optimizer) -> LiteOptimizer | tuple[LiteOptimizer, ...]:
         """Let the strategy set up each optimizer; returns one optimizer, or a tuple of several."""
         wrapped = tuple(self._setup_optimizer(optimizer) for optimizer in optimizers)
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
-    def _setup_optimizer(self, optimizer: torch.optim.Optimizer) -> LiteOptimizer:
+    def _check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         self._require_running("setup_optimizers")
         if isinstance(optimizer, LiteOptimizer):
             raise CoreError("This optimizer was already set up by Lite.setup / setup_optimizers; set it up once.")
@@ -380,6 +415,9 @@ class Lite:
             raise ConfigurationError(
                 f"setup_optimizers() takes torch.optim.Optimizer objects, got {type(optimizer).__qualname__}."
             )
+
+    def _setup_optimizer(self, optimizer: torch.optim.Optimizer) -> LiteOptimizer:
+        self._check_optimizer(optimizer)
         prepared = self._hooks.strategy_setup_optimizer(optimizer=optimizer)
         return wrap_optimizer(prepared, self._hooks.strategy_optimizer_step)
 
@@ -600,8 +638,11 @@ class Lite:
             entries of that object's state dict to keep.
         """
         self._require_running("save")
+        where = os.fspath(path)
+        if self._hooks.strategy_save_state(path=where, state=_unwrapped(state), filter=filter):
+            return  # a strategy that owns the objects (DeepSpeed's engine) wrote them itself
         checkpoint = to_checkpoint(state, filter, self._hooks.precision_state_dict())
-        self._hooks.strategy_save_checkpoint(path=os.fspath(path), state=checkpoint)
+        self._hooks.strategy_save_checkpoint(path=where, state=checkpoint)
 
     def load(
         self,
@@ -622,6 +663,14 @@ class Lite:
         """
         self._require_running("load")
         where = os.fspath(path)
+        if state is not None:
+            objects = _unwrapped(state)
+            remaining = self._hooks.strategy_load_state(
+                path=where, state=objects, strict=strict, weights_only=weights_only
+            )
+            if remaining is not None:  # the strategy restored its objects; plain values come back through objects
+                state.update((key, value) for key, value in objects.items() if not is_stateful(value))
+                return dict(remaining)
         checkpoint = self._hooks.strategy_load_checkpoint(path=where, weights_only=weights_only)
         if not isinstance(checkpoint, dict):
             raise CheckpointError(

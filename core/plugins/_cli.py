@@ -86,9 +86,20 @@ def _check_one(info: PluginInfo) -> tuple[str, str, object | None]:
         if info.kind == "accelerator" and not ask(plugin, info.kind, "accelerator_is_available"):
             reason = getattr(plugin, "unavailable_reason", None) or "no device of this kind is visible"
             return "unavailable", str(reason() if callable(reason) else reason), plugin
+        # Any kind may explain why it cannot run here (a strategy whose library does not import).
+        explained = _unavailable_reason(plugin)
+        if explained:
+            return "unavailable", explained, plugin
     except CoreError as error:
         return "broken", str(error), None
     return "usable", "", plugin
+
+
+def _unavailable_reason(plugin: object) -> str | None:
+    """The plugin's optional ``unavailable_reason`` (an attribute or a method): why it cannot run, or None."""
+    reason = getattr(plugin, "unavailable_reason", None)
+    value = reason() if callable(reason) else reason
+    return str(value) if value else None
 
 
 def _auto_choices(catalog: Catalog) -> dict[str, str]:
