@@ -1,0 +1,338 @@
+"""``DeepSpeedStrategy``: ZeRO stages 1-3, with optional CPU offload, through DeepSpeed's engine.
+
+Processes, the process group and the collectives are those of ``ddp`` (this class extends ``DDPStrategy``);
+what differs is that DeepSpeed owns the training state. ``Lite.setup(model, optimizer)`` hands both to
+``deepspeed.initialize``; the engine runs the backward pass (reducing and partitioning gradients), the
+optimizer step, gradient accumulation, clipping and 16-bit loss scaling, and writes its own sharded checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import timedelta
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from core_ddp import DDPStrategy
+
+from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
+from core._lite_checkpoint import restore, to_checkpoint
+from core_deepspeed import _checkpoint, _import
+from core_deepspeed._config import FLOAT16_PRECISIONS, ZeroSettings, build_config, read_config, zero_stage
+
+if TYPE_CHECKING:
+    from core import ActiveSet
+
+_HINT = (
+    "DeepSpeed runs 32-true, 16-mixed, 16-true, bf16-mixed and bf16-true; on TPUs use strategy='xla', on an MPS "
+    "machine strategy='single_device'."
+)
+
+
+def _float16_supported_on_cpu() -> bool:
+    # The same probe as DeepSpeed's CPU accelerator (is_fp16_supported), without importing deepspeed.
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except Exception:  # an older torch without the probe: DeepSpeed then says unsupported as well
+        return False
+
+
+class DeepSpeedStrategy(DDPStrategy):
+    """Sharded data parallelism with DeepSpeed ZeRO: optimizer states (stage 1), gradients (2), parameters (3).
+
+    :param stage: The ZeRO stage, 1, 2 or 3.
+    :param offload_optimizer: Keep optimizer states (and the optimizer step) on the CPU.
+    :param offload_parameters: Keep parameters on the CPU between uses (stage 3 only).
+    :param config: A DeepSpeed config, as a dict or the path of a JSON file. It is merged on top of what the
+        keywords and the run's precision give, key by key: an explicit config wins.
+    :param gradient_clipping: Clip the global gradient norm to this value inside DeepSpeed's step.
+    :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
+    :param timeout: How long a collective may wait for the other ranks.
+    :param start_method: How the processes are started, as for ``ddp`` (``"popen"`` re-runs the script).
+    :param name: The alias reported in messages.
+    """
+
+    supports: ClassVar[Supports] = Supports(
+        never={"accelerator": {"tpu", "mps"}, "precision": {"64-true"}},
+        hint=_HINT,
+    )
+
+    def __init__(
+        self,
+        stage: int = 2,
+        offload_optimizer: bool = False,
+        offload_parameters: bool = False,
+        config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        gradient_clipping: float | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta | float = timedelta(minutes=30),
+        start_method: str = "popen",
+        *,
+        name: str | None = None,
+    ) -> None:
+        offload = "_offload" if offload_optimizer or offload_parameters else ""
+        super().__init__(
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            start_method=start_method,
+            name=name or f"deepspeed_stage_{stage}{offload}",
+        )
+        self.settings = ZeroSettings(stage, offload_optimizer, offload_parameters, gradient_clipping)
+        self.user_config = read_config(config)
+        self._config: dict[str, Any] | None = None
+        self._deepspeed: ModuleType | None = None
+        self._engines: list[Any] = []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.alias!r}, {self.settings}, config={self.user_config!r})"
+
+    def unavailable_reason(self) -> str | None:
+        """Why this strategy cannot run here (``python -m core.plugins --check``), or ``None``."""
+        return _import.unavailable_reason()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The complete DeepSpeed config of the run (keywords, precision, then ``config=``)."""
+        if self._config is None:
+            raise ConfigurationError(f"The strategy {self.alias!r} has no config before it is resolved into a run.")
+        return self._config
+
+    @property
+    def deepspeed(self) -> ModuleType:
+        if self._deepspeed is None:
+            raise ConfigurationError(
+                f"The strategy {self.alias!r} is used before strategy_setup_environment imported deepspeed; the "
+                f"runtime calls it in every process first (use Lite.launch / Lite.run)."
+            )
+        return self._deepspeed
+
+    # -- resolution and processes ----------------------------------------------------------------------
+
+    @hookimpl
+    def core_attach(self, active: ActiveSet) -> None:
+        super().core_attach(active)
+        self._config = build_config(self.settings, self.user_config, active.config.precision, self.alias)
+
+    def _check_float16_here(self) -> None:
+        """Refuse float16 on a CPU that DeepSpeed cannot run it on, before any process group exists.
+
+        A property of this machine's CPU, not of the (strategy, precision) pair, so it is checked when the run
+        starts on the hardware, not declared: on other CPUs, and on GPUs, the same pair runs.
+        """
+        precision, accelerator = self.active.config.precision, self.active.config.accelerator
+        if accelerator == "cpu" and precision in FLOAT16_PRECISIONS and not _float16_supported_on_cpu():
+            raise PluginUnavailableError(
+                f"The accelerator 'cpu' cannot run here in float16 under DeepSpeed (strategy {self.alias!r}, "
+                f"precision={precision!r}): DeepSpeed's CPU accelerator computes in float16 only on CPUs with "
+                f"AVX512-FP16 or AMX-FP16, which this one lacks. Use precision='bf16-mixed' or precision='32-true'."
+            )
+
+    @hookimpl
+    def strategy_setup_environment(self) -> None:
+        self._check_float16_here()
+        super().strategy_setup_environment()
+        deepspeed = _import.import_deepspeed(self.active.config.accelerator)
+        # DeepSpeed adopts the process group that ddp's setup has just started.
+        deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False, verbose=False)
+        self._deepspeed = deepspeed
+
+    @hookimpl
+    def strategy_teardown(self) -> None:
+        for engine in self._engines:
+            engine.destroy()
+        self._engines.clear()
+        super().strategy_teardown()
+
+    # -- model and optimizer ---------------------------------------------------------------------------
+
+    def _initialize(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> Any:
+        config = copy.deepcopy(self.config)  # DeepSpeed keeps and edits the dict it is given
+        try:
+            engine, _, _, _ = self.deepspeed.initialize(model=module, optimizer=optimizer, config=config)
+        except (AssertionError, ValueError) as error:
+            raise ConfigurationError(
+                f"DeepSpeed refused the configuration of the strategy {self.alias!r}: {error}. The config was {config}."
+            ) from error
+        self._engines.append(engine)
+        return engine
+
+    @hookimpl
+    def strategy_setup_module_and_optimizers(
+        self, module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> tuple[torch.nn.Module, list[Any]]:
+        if len(optimizers) != 1:
+            raise ConfigurationError(
+                f"The strategy {self.alias!r} sets up one module with one optimizer (a DeepSpeed engine holds one), "
+                f"got {len(optimizers)} optimizers; combine their parameter groups into one optimizer."
+            )
+        engine = self._initialize(module, optimizers[0])
+        return engine, [engine.optimizer]
+
+    @hookimpl
+    def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        # A module without an optimizer: an engine for evaluation or inference (stage 3 still shards it).
+        engine: torch.nn.Module = self._initialize(module, None)
+        return engine
+
+    @hookimpl
+    def strategy_setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        raise ConfigurationError(
+            f"The strategy {self.alias!r} sets up a module and its optimizer together (deepspeed.initialize takes "
+            f"both): call model, optimizer = lite.setup(model, optimizer) instead of setup_module / setup_optimizers."
+        )
+
+    def _engine_of_module(self, module: torch.nn.Module | None) -> Any:
+        if module is None and len(self._engines) == 1:
+            return self._engines[0]
+        for engine in self._engines:
+            if engine is module:
+                return engine
+        raise ConfigurationError(
+            f"The strategy {self.alias!r} does not know which DeepSpeed engine this backward or module belongs to "
+            f"({len(self._engines)} set up); pass the module returned by lite.setup: lite.backward(loss, model=model)."
+        )
+
+    def _engine_of_optimizer(self, optimizer: Any) -> Any:
+        for engine in self._engines:
+            if engine.optimizer is optimizer:
+                return engine
+        raise ConfigurationError(
+            f"The strategy {self.alias!r} can only step the optimizer returned by lite.setup(model, optimizer); "
+            f"{type(optimizer).__name__} belongs to no DeepSpeed engine."
+        )
+
+    @hookimpl
+    def strategy_module_init_context(self, empty_init: bool) -> AbstractContextManager[Any]:
+        if empty_init and zero_stage(self.config) == 3:
+            # Each parameter is partitioned across the ranks as soon as its module is constructed.
+            context: AbstractContextManager[Any] = self.deepspeed.zero.Init(config_dict_or_path=self.config)
+            return context
+        return super().strategy_module_init_context(empty_init=empty_init)
+
+    # -- the training step -----------------------------------------------------------------------------
+
+    @hookimpl
+    def strategy_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> bool | None:
+        engine = self._engine_of_module(module)
+        with self.communicator.guard("gradient reduction (DeepSpeed backward)"):
+            engine.backward(tensor)  # scales 16-bit losses, reduces and partitions the gradients
+        return True
+
+    @hookimpl
+    def strategy_optimizer_step(self, optimizer: torch.optim.Optimizer, kwargs: Mapping[str, Any]) -> Any:
+        if kwargs.get("closure") is not None:
+            raise ConfigurationError(
+                f"The strategy {self.alias!r} steps through DeepSpeed's engine.step(), which takes no closure; "
+                f"compute the loss and call lite.backward(loss) before optimizer.step()."
+            )
+        engine = self._engine_of_optimizer(optimizer)
+        with self.communicator.guard("optimizer step (DeepSpeed)"):
+            engine.step()  # steps only at a gradient accumulation boundary, then zeroes the gradients
+        return None
+
+    @hookimpl
+    def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
+        return _accumulating(self._engine_of_module(module))
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+
+    def _owned_keys(self, state: Mapping[str, Any]) -> tuple[Any, str, str | None] | None:
+        """The engine in ``state`` and the keys of its module and optimizer, or ``None`` without an engine."""
+        found = [(key, value) for key, value in state.items() if any(value is engine for engine in self._engines)]
+        if not found:
+            return None
+        if len(found) > 1:
+            raise ConfigurationError(
+                f"The strategy {self.alias!r} saves one DeepSpeed engine per checkpoint; the state holds "
+                f"{[key for key, _ in found]}. Save each module in its own checkpoint."
+            )
+        module_key, engine = found[0]
+        optimizer_key = next((key for key, value in state.items() if value is engine.optimizer), None)
+        return engine, module_key, optimizer_key
+
+    @hookimpl
+    def strategy_save_state(
+        self, path: str, state: Mapping[str, Any], filter: Mapping[str, Callable[[str, Any], bool]] | None
+    ) -> bool | None:
+        owned = self._owned_keys(state)
+        if owned is None:
+            return None  # no engine in the state: Lite writes it as any strategy would
+        engine, module_key, optimizer_key = owned
+        owned_keys = {module_key} if optimizer_key is None else {module_key, optimizer_key}
+        refused = sorted(owned_keys & set(filter or {}))
+        if refused:
+            raise ConfigurationError(
+                f"Lite.save(filter=...) names {refused}, which the strategy {self.alias!r} saves through DeepSpeed "
+                f"as a whole; filter only the other entries."
+            )
+        others = {key: value for key, value in state.items() if key not in (module_key, optimizer_key)}
+        client_state = {
+            _checkpoint.META_KEY: {
+                "module": module_key,
+                "optimizer": optimizer_key,
+                "state": to_checkpoint(others, filter, {}),
+            }
+        }
+        _checkpoint.save_sharded(
+            engine, path, client_state, self.active.cluster.is_global_zero, lambda name: self.strategy_barrier(name)
+        )
+        return True
+
+    @hookimpl
+    def strategy_load_state(
+        self, path: str, state: dict[str, Any], strict: bool, weights_only: bool
+    ) -> dict[str, Any] | None:
+        owned = self._owned_keys(state)
+        if owned is None:
+            return None
+        engine, module_key, optimizer_key = owned
+        if weights_only:
+            _checkpoint.check_weights_only(path)
+        loaded_from, client_state = engine.load_checkpoint(
+            path,
+            load_module_strict=strict,
+            load_optimizer_states=optimizer_key is not None,
+            load_lr_scheduler_states=False,
+        )
+        if loaded_from is None:
+            raise CheckpointError(f"DeepSpeed found no checkpoint to load in {path!r}.")
+        meta = (client_state or {}).get(_checkpoint.META_KEY)
+        if not isinstance(meta, dict):
+            raise CheckpointError(
+                f"The DeepSpeed checkpoint {path!r} was not written by Lite.save (no {_checkpoint.META_KEY!r} entry)."
+            )
+        if meta["module"] != module_key:
+            raise CheckpointError(
+                f"The checkpoint {path!r} holds the module under {meta['module']!r}, but the state passes it as "
+                f"{module_key!r}; use the key it was saved with."
+            )
+        others = {key: value for key, value in state.items() if key not in (module_key, optimizer_key)}
+        remaining = restore(others, dict(meta["state"]), strict, path)
+        state.update(others)
+        return remaining
+
+    @hookimpl
+    def strategy_load_checkpoint(self, path: str, weights_only: bool) -> dict[str, Any]:
+        if not _checkpoint.is_deepspeed_checkpoint(path):
+            return super().strategy_load_checkpoint(path=path, weights_only=weights_only)
+        # Lite.load(path) without objects to restore: the consolidated fp32 weights, on every rank.
+        return _checkpoint.load_consolidated(path, weights_only)
+
+
+@contextmanager
+def _accumulating(engine: Any) -> Generator[None, None, None]:
+    """Backward passes inside accumulate gradients locally; the next one outside is the boundary that reduces.
+
+    This is DeepSpeed's ``set_gradient_accumulation_boundary``: Lite's ``no_backward_sync`` pattern, with
+    ``optimizer.step()`` called once after the last micro-batch, maps onto it directly.
+    """
+    engine.set_gradient_accumulation_boundary(False)
+    try:
+        yield
+    finally:
+        engine.set_gradient_accumulation_boundary(True)
