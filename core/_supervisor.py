@@ -36,6 +36,7 @@ PARENT_PID_VARIABLE: Final = "CORE_RUN_PARENT_PID"
 """The pid of the launcher; a supervised rank stops when its parent is no longer this process."""
 
 POLL_INTERVAL: Final = 0.05
+HAS_PARENT_DEATH_SIGNAL: Final = sys.platform.startswith("linux")
 _PR_SET_PDEATHSIG: Final = 1
 
 
@@ -223,7 +224,7 @@ def abort(supervisor: Supervisor, found: Sequence[Failure]) -> None:
 
 def set_parent_death_signal(expected_parent: int) -> None:
     """Ask Linux to SIGKILL this process when its parent dies; exit at once if it already has."""
-    if sys.platform.startswith("linux"):
+    if HAS_PARENT_DEATH_SIGNAL:
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -277,7 +278,9 @@ def watch_parent(poll_interval: float = 0.1) -> threading.Thread | None:
     inherited the variable does not watch the wrong process.
     """
     expected = os.environ.get(PARENT_PID_VARIABLE, "")
-    if not expected.isdigit() or int(expected) != os.getppid():
+    if not expected.isdigit() or int(expected) != os.getppid() or HAS_PARENT_DEATH_SIGNAL:
+        # On Linux the kernel already kills this process with its parent (see set_parent_death_signal),
+        # and a daemon thread still sleeping at interpreter shutdown is one more way to crash there.
         return None
     parent = int(expected)
 

@@ -15,6 +15,7 @@ import pickle
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -55,6 +56,9 @@ _children: Supervisor | None = None
 
 # Rank 0's variables in a process that started its children with ``popen``.
 _launch_variables: dict[str, str] = {}
+
+# Whether this process's exception hook stops the job (installed once, at the first launch).
+_hook_installed = False
 
 # Whether a thread already watches this process's launcher.
 _watching = False
@@ -173,11 +177,20 @@ def install_exception_hook(global_rank: int, world_size: int) -> None:
     ``lite.launch()`` without a function lets the script go on; an exception there reaches the interpreter
     (which calls ``sys.excepthook`` before any ``atexit`` teardown could wait for ranks that are not coming).
     """
+    global _hook_installed
+    if _hook_installed:
+        return
+    _hook_installed = True
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], error: BaseException, frames: Any) -> None:
         _fail_rank(error, global_rank, world_size, _children)
         previous(kind, error, frames)
+        # The job is over. Run the exit handlers, then skip the interpreter's finalization: with torch
+        # loaded it takes seconds on a busy machine, and the last process of a failed job should be gone.
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        _exit_now(130 if issubclass(kind, KeyboardInterrupt) else 1)
 
     sys.excepthook = hook
 
@@ -216,10 +229,13 @@ def script_command() -> list[str]:
     return [sys.executable, *arguments[1:]]
 
 
-def _wait_at_exit(children: Supervisor) -> None:
+def _wait_at_exit(children: Supervisor, monitor: threading.Thread) -> None:
     found = children.wait()
     if found:
         abort(children, found)
+    # The monitor ends within one poll once the children are gone; a daemon thread still running at
+    # interpreter shutdown can crash the process there.
+    monitor.join(timeout=1.0)
 
 
 def start_script_children(layout: Layout) -> Supervisor:
@@ -240,9 +256,9 @@ def start_script_children(layout: Layout) -> Supervisor:
     os.environ.update(_launch_variables)
     global _children
     children = _children = Supervisor(workers, prefix=PREFIX)
-    children.watch(lambda found: abort(children, found))
+    monitor = children.watch(lambda found: abort(children, found))
     atexit.register(shutil.rmtree, error_directory, ignore_errors=True)
-    atexit.register(_wait_at_exit, children)
+    atexit.register(_wait_at_exit, children, monitor)
     return children
 
 

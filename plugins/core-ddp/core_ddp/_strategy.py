@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
@@ -91,6 +92,7 @@ class DDPStrategy(SingleDeviceStrategy):
         self.alias = name or ("ddp" if start_method == "popen" else f"ddp_{start_method}")
         self._communicator: Communicator | None = None
         self._precision_backward: Callable[..., Any] = _unbound
+        self._wrappers: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 
     @property
     def name(self) -> str:
@@ -100,6 +102,18 @@ class DDPStrategy(SingleDeviceStrategy):
     @name.setter
     def name(self, value: str) -> None:
         self.alias = value
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The options travel (a spawned process resolves them again); the state of a run stays behind.
+        run_state = ("_active", "_communicator", "_precision_backward", "_wrappers")
+        return {key: value for key, value in self.__dict__.items() if key not in run_state}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._active = None
+        self._communicator = None
+        self._precision_backward = _unbound
+        self._wrappers = weakref.WeakSet()
 
     def __repr__(self) -> str:
         return (
@@ -182,7 +196,21 @@ class DDPStrategy(SingleDeviceStrategy):
             return
         self.communicator.barrier("teardown", self._barrier_device_ids())
         dist.destroy_process_group()
+        self._release_wrappers()
         self._communicator = None
+
+    def _release_wrappers(self) -> None:
+        """Let the process group die now, while the interpreter is fully alive.
+
+        A ``DistributedDataParallel`` the user still holds keeps the destroyed group alive through its
+        reducer; the group would then be freed during interpreter shutdown, where gloo's worker threads
+        can abort the process ("terminate called without an active exception"). The wrapper is finished
+        with anyway: its inner ``.module`` and its ``state_dict()`` keep working.
+        """
+        for wrapper in list(self._wrappers):
+            for attribute in ("logger", "reducer", "process_group"):
+                wrapper.__dict__.pop(attribute, None)
+        self._wrappers.clear()
 
     # -- model ----------------------------------------------------------------------------------------
 
@@ -193,6 +221,7 @@ class DDPStrategy(SingleDeviceStrategy):
         device = next((parameter.device for parameter in module.parameters()), torch.device("cpu"))
         device_ids = None if device.type == "cpu" else [device.index or 0]
         wrapped: torch.nn.Module = self.active.hook.strategy_configure_ddp(module=module, device_ids=device_ids)
+        self._wrappers.update(sub for sub in wrapped.modules() if isinstance(sub, DistributedDataParallel))
         return wrapped
 
     @hookimpl

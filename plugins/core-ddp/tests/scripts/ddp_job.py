@@ -79,7 +79,11 @@ def main() -> int:
             lite.launch()
             returned = train(lite, args)
         else:
-            returned = lite.launch(train, args)
+            try:
+                returned = lite.launch(train, args)
+            except core.CoreError:  # ddp_spawn / ddp_fork: a rank failed, the caller learns it here
+                (args.out / "raised_at").write_text(repr(time.time()))
+                raise
         # One write, so that the lines of two ranks sharing a pipe never interleave.
         sys.stdout.write(f"RESULT rank={lite.global_rank} world={lite.world_size} returned={returned}\n")
         sys.stdout.flush()
