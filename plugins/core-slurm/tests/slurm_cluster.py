@@ -95,6 +95,7 @@ SlurmdParameters=config_overrides
 FirstJobId={first_job_id}
 MailProg=/bin/true
 KillWait=2
+MessageTimeout=60
 InactiveLimit=0
 MinJobAge=600
 JobAcctGatherType=jobacct_gather/none
