@@ -19,6 +19,7 @@ import torch.distributed as dist
 from core import ClusterInfo
 
 _AGENT_STORE_VARIABLE: Final = "TORCHELASTIC_USE_AGENT_STORE"
+_RESTART_COUNT_VARIABLE: Final = "TORCHELASTIC_RESTART_COUNT"
 
 _runs: Counter[tuple[str, int, int]] = Counter()
 
@@ -33,4 +34,7 @@ def store_for(cluster: ClusterInfo, timeout: timedelta) -> dist.Store:
     store = dist.TCPStore(
         cluster.main_address, cluster.main_port, cluster.world_size, serves, timeout=timeout, multi_tenant=True
     )
-    return dist.PrefixStore(f"core-ddp/run-{run}/", store)
+    # torchrun's agent keeps its store across restarts (--max-restarts): each attempt needs fresh keys too,
+    # or the restarted ranks would read the dead ranks' addresses.
+    attempt = os.environ.get(_RESTART_COUNT_VARIABLE, "0")
+    return dist.PrefixStore(f"core-ddp/attempt-{attempt}/run-{run}/", store)
