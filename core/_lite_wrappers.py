@@ -179,6 +179,10 @@ class LiteDataLoader:
     def __len__(self) -> int:
         return len(self._loader)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Give the sampler ``epoch`` at the next iteration (later iterations count on from it): for resuming."""
+        self._epoch = epoch
+
     def __iter__(self) -> Iterator[Any]:
         # Without a new epoch a DistributedSampler would shuffle every epoch the same way.
         for set_epoch in self._set_epoch:

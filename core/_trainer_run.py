@@ -116,6 +116,13 @@ def _set_up_optimizers(trainer: Trainer, lite: Lite, module: Module) -> None:
 
 def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | None:
     """The checkpoint to load, decided on global rank 0 and sent to every rank."""
+    if ckpt_path is None and stage == "fit":
+        # A FaultTolerance callback resumes from its newest complete checkpoint (collective: every rank asks).
+        from core._fault_tolerance_callback import FaultTolerance
+
+        for fault_tolerance in trainer.callbacks:
+            if isinstance(fault_tolerance, FaultTolerance):
+                return fault_tolerance.resume_path(trainer)
     if ckpt_path is None:
         return None
     chosen: str | None = None

@@ -1,0 +1,202 @@
+"""Fault-tolerant training: resumable checkpoints every N steps, and automatic resume after a crash.
+
+For your own ``Lite`` loop, :class:`ResumableCheckpoints`::
+
+    checkpoints = ResumableCheckpoints(lite, "checkpoints", every_n_steps=100, keep=2)
+    state = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
+    step = checkpoints.restore(state)          # 0 on a fresh start; else the step of the newest complete one
+    for epoch in range(checkpoints.epoch, max_epochs):
+        for batch in checkpoints.batches(loader, epoch):   # skips what a resumed epoch already trained on
+            ...                                            # forward, lite.backward, optimizer.step
+            step += 1
+            checkpoints.maybe_save(state, step)
+    checkpoints.finish()
+
+For the Trainer, the :class:`FaultTolerance` callback does the same around ``fit``. See
+docs/fault-tolerance.md for the guarantees and for resuming under torchrun, SLURM or by hand.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import torch
+
+from core._errors import CheckpointError, ConfigurationError
+from core._fault_tolerance import CHECKPOINT_NAME, FORMAT, MARKER_NAME, CheckpointDirectory, Resumer
+from core._fault_tolerance_callback import FaultTolerance
+from core._trainer_checkpoint import capture_rng, gather_rng, restore_rng, rng_of_rank
+
+if TYPE_CHECKING:
+    from core.lite import Lite
+
+__all__ = ["CHECKPOINT_NAME", "MARKER_NAME", "CheckpointDirectory", "FaultTolerance", "ResumableCheckpoints"]
+
+T = TypeVar("T")
+
+PROGRESS_KEY: Final = "core/resume"
+RNG_KEY: Final = "core/rng"
+EPOCH_RNG_KEY: Final = "core/rng_epoch_start"
+_END: Final = object()
+
+
+def _positive_steps(every_n_steps: object) -> int:
+    if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
+        raise ConfigurationError(f"every_n_steps={every_n_steps!r}: expected a whole number of steps >= 1.")
+    return every_n_steps
+
+
+def _set_epoch(loader: Any, epoch: int) -> None:
+    """Make the next iteration of ``loader`` draw epoch ``epoch`` (distributed samplers shuffle by epoch)."""
+    set_epoch = getattr(loader, "set_epoch", None)  # a Lite-set-up loader counts its own epochs
+    if callable(set_epoch):
+        set_epoch(epoch)
+        return
+    for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        sampler_set_epoch = getattr(sampler, "set_epoch", None)
+        if callable(sampler_set_epoch):
+            sampler_set_epoch(epoch)
+
+
+class ResumableCheckpoints:
+    """Resumable checkpoints of a ``Lite`` loop, every ``every_n_steps`` steps, under one directory.
+
+    :param lite: The running ``Lite`` (create this inside ``launch``).
+    :param directory: Where the checkpoints go: a local or shared path (every rank must see the same one),
+        or an fsspec URL with the ``torch`` / ``async`` checkpoint_io.
+    :param every_n_steps: :meth:`maybe_save` saves when the step is a multiple of this.
+    :param keep: How many complete checkpoints to keep; older ones are removed once a newer one is complete.
+    :param storage_options: fsspec options for a URL ``directory``.
+
+    A checkpoint holds your ``state`` (modules, optimizers, schedulers: anything with ``state_dict``; plain
+    values too), the precision's state (a gradient scaler), every rank's random generators, and the loop's
+    position (step, epoch, batches done in the epoch). Every method must be called on every rank.
+    """
+
+    def __init__(
+        self,
+        lite: Lite,
+        directory: str | os.PathLike[str],
+        every_n_steps: int,
+        keep: int = 2,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.lite = lite
+        self.every_n_steps = _positive_steps(every_n_steps)
+        self.directory = CheckpointDirectory(os.fspath(directory), storage_options)
+        self._resumer = Resumer(
+            lite.active, self.directory, keep,
+            save=lambda path, state: lite.save(path, state),
+            barrier=lite.barrier,
+            broadcast=lite.broadcast,
+        )
+        self.step = 0
+        """The step of the last checkpoint saved or restored."""
+        self.epoch = 0
+        """The epoch the restored checkpoint was taken in (where the loop goes on); 0 on a fresh start."""
+        self._batch_in_epoch = 0
+        self._epoch_start_rng: dict[str, torch.Tensor] | None = None
+        # Set by restore(), used once by batches() of that epoch: (batches done, rng at save, rng at epoch start)
+        self._resume: tuple[int, dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None] | None = None
+
+    # -- resuming ----------------------------------------------------------------------------------
+
+    @property
+    def latest(self) -> str | None:
+        """The path of the newest complete checkpoint, or ``None`` (asked of storage; no side effects)."""
+        step = self.directory.newest_complete()
+        return None if step is None else self.directory.checkpoint_path(step)
+
+    def restore(self, state: dict[str, Any]) -> int:
+        """Load the newest complete checkpoint into ``state``, if there is one; return the step to go on from.
+
+        Modules, optimizers and schedulers are restored in place, plain values of ``state`` replaced by the
+        saved ones. Incomplete checkpoints (a save a crash interrupted) are removed. This rank's random
+        generators are set as they were at the save; :meth:`batches` then replays the saved epoch's data
+        order. ``0`` means nothing was found: a fresh start.
+        """
+        found = self._resumer.find()
+        if found is None:
+            return 0
+        path = self.directory.checkpoint_path(found)
+        targets: dict[str, Any] = {**state, PROGRESS_KEY: None, RNG_KEY: None, EPOCH_RNG_KEY: None}
+        self.lite.load(path, targets)
+        progress = targets[PROGRESS_KEY]
+        if not isinstance(progress, dict) or progress.get("format") != FORMAT:
+            raise CheckpointError(f"{path!r} is not a resumable checkpoint of format {FORMAT!r}.")
+        for key, value in targets.items():
+            if key in state and value is not state[key]:
+                state[key] = value  # plain values come back as saved; objects were restored in place
+        rank = self.lite.global_rank
+        at_save, at_epoch_start = rng_of_rank(targets[RNG_KEY], rank), rng_of_rank(targets[EPOCH_RNG_KEY], rank)
+        if at_save is not None:
+            restore_rng(at_save)
+        self.step, self.epoch = int(progress["step"]), int(progress["epoch"])
+        self._resume = (int(progress["batch_in_epoch"]), at_save, at_epoch_start)
+        return self.step
+
+    def batches(self, loader: Iterable[T], epoch: int) -> Iterator[T]:
+        """Iterate epoch ``epoch`` of ``loader``; after a resume into this epoch, skip what was trained on.
+
+        Sets the sampler's epoch, and records the random generators as they are when the epoch's data order
+        is drawn, so that a resumed run draws the same order and then continues with the generators as they
+        were at the save: the resumed run is the uninterrupted one, bitwise.
+        """
+        resume = self._resume if self._resume is not None and epoch == self.epoch else None
+        self._resume = None
+        self.epoch = epoch
+        _set_epoch(loader, epoch)
+        done, at_save, at_epoch_start = resume if resume is not None else (0, None, None)
+        if at_epoch_start is not None:
+            restore_rng(at_epoch_start)
+        self._epoch_start_rng = capture_rng()
+        iterator = iter(loader)
+        self._batch_in_epoch = 0
+        for _ in range(done):
+            if next(iterator, _END) is _END:
+                break
+            self._batch_in_epoch += 1
+        if at_save is not None:
+            restore_rng(at_save)
+        for batch in iterator:
+            self._batch_in_epoch += 1  # counted before the body runs: a save in the body includes this batch
+            yield batch
+
+    # -- saving ------------------------------------------------------------------------------------
+
+    def maybe_save(self, state: dict[str, Any], step: int) -> bool:
+        """Save when ``step`` is a multiple of ``every_n_steps``; return whether it saved.
+
+        Call it on every rank after each optimizer step. It also writes the marker of a checkpoint whose
+        background write (``async``) has finished since.
+        """
+        if step % self.every_n_steps != 0 or step == self.step:
+            self._resumer.commit(wait=False)
+            return False
+        self.save(state, step)
+        return True
+
+    def save(self, state: dict[str, Any], step: int) -> None:
+        """Save a resumable checkpoint of ``state`` for ``step`` now."""
+        reserved = sorted({PROGRESS_KEY, RNG_KEY, EPOCH_RNG_KEY} & set(state))
+        if reserved:
+            raise ConfigurationError(f"The state keys {reserved} are reserved for resumable checkpoints.")
+        lite = self.lite
+        progress = {"format": FORMAT, "step": int(step), "epoch": self.epoch, "batch_in_epoch": self._batch_in_epoch,
+                    "world_size": lite.world_size}
+        full_state = {
+            **state,
+            PROGRESS_KEY: progress,
+            RNG_KEY: gather_rng(lite, capture_rng()),
+            EPOCH_RNG_KEY: gather_rng(lite, self._epoch_start_rng or capture_rng()),
+        }
+        self._resumer.save(int(step), full_state)
+        self.step = int(step)
+
+    def finish(self) -> None:
+        """Write the marker of the last checkpoint if its background write was still going (call at the end)."""
+        self._resumer.commit(wait=True)
+        self.lite.barrier("resumable checkpoints: finished")
+
