@@ -18,6 +18,7 @@ import atexit
 import builtins
 import copy
 import functools
+import itertools
 import os
 import warnings
 from collections.abc import Callable, Generator, Mapping
@@ -95,6 +96,11 @@ def _snapshot(settings: dict[str, Any]) -> dict[str, Any]:
         return copy.deepcopy(settings)
     except Exception:  # an object that cannot be copied is sent as it is; pickling may then refuse it
         return dict(settings)
+
+
+def _on_meta_device(module: torch.nn.Module) -> bool:
+    """Created empty (``init_module(empty_init=True)`` under a sharding strategy): the strategy allocates it."""
+    return any(tensor.is_meta for tensor in itertools.chain(module.parameters(), module.buffers()))
 
 
 def _unwrapped(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -392,7 +398,7 @@ class Lite:
         if not isinstance(module, torch.nn.Module):
             raise ConfigurationError(f"setup_module() takes a torch.nn.Module, got {type(module).__qualname__}.")
         converted: torch.nn.Module = self._hooks.precision_convert_module(module=module)
-        if move_to_device:
+        if move_to_device and not _on_meta_device(converted):
             converted = converted.to(self.device)
         return converted
 
