@@ -110,7 +110,7 @@ def run(lite: core.Lite, mode: str, out: Path) -> None:
         with lite.init_module(empty_init=True):
             empty = architecture()
         report["created_on_meta"] = all(parameter.is_meta for parameter in empty.parameters())
-        empty, empty_optimizer = lite.setup(empty, torch.optim.Adam(empty.parameters(), lr=1e-2), move_to_device=False)
+        empty, empty_optimizer = lite.setup(empty, torch.optim.Adam(empty.parameters(), lr=1e-2))
         report["materialised"] = not any(parameter.is_meta for parameter in empty.parameters())
         report["empty_local_elements"] = local_elements(empty)
         lite.load(out / "sharded", {"model": empty, "optimizer": empty_optimizer}, strict=False)
