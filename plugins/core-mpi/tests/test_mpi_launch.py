@@ -61,9 +61,3 @@ def test_mpirun_with_the_wrong_device_count_names_both_numbers() -> None:
         "devices=1 per node was requested, but Open MPI started 2 processes on this node. "
         "Make them agree: devices=2, or mpirun --npernode 1."
     ] * 2
-
-
-@pytest.mark.timeout(120)
-def test_plugins_check_says_mpi_under_mpirun() -> None:
-    result = mpirun(1, [sys.executable, "-m", "core.plugins", "--check"])
-    assert "environment detected here:     mpi (core-mpi)" in result.stdout, result.stdout + result.stderr

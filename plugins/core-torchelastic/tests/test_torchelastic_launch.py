@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,12 +18,6 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 def clean_env() -> dict[str, str]:
     prefixes = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MASTER_", "TORCHELASTIC_", "LSB_", "JSM_")
     return {name: value for name, value in os.environ.items() if not name.startswith(prefixes)}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def reports(*outputs: str) -> list[dict[str, Any]]:
@@ -46,12 +39,3 @@ def test_torchrun_two_workers_on_one_node() -> None:
         (0, 0, 0, 2), (1, 1, 0, 2),
     ]
     assert len({(r["main_address"], r["main_port"]) for r in found}) == 1
-
-
-@pytest.mark.timeout(120)
-def test_plugins_check_says_torchelastic_under_torchrun() -> None:
-    result = subprocess.run(
-        [*TORCHRUN, "--standalone", "--nproc-per-node", "1", "-m", "core.plugins", "--check"],
-        env=clean_env(), capture_output=True, text=True, timeout=100,
-    )
-    assert "environment detected here:     torchelastic (core-torchelastic)" in result.stdout, result.stderr
