@@ -152,6 +152,10 @@ class DeepSpeedStrategy(DDPStrategy):
 
     def _initialize(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> Any:
         config = copy.deepcopy(self.config)  # DeepSpeed keeps and edits the dict it is given
+        if optimizer is None and zero_stage(config) < 3:
+            # Stages 1 and 2 shard optimizer states and gradients, which a module without an optimizer does not
+            # have (and DeepSpeed refuses them without one): the engine is a plain data-parallel one.
+            config["zero_optimization"] = {"stage": 0}
         try:
             engine, _, _, _ = self.deepspeed.initialize(model=module, optimizer=optimizer, config=config)
         except (AssertionError, ValueError) as error:

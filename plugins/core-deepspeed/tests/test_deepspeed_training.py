@@ -53,6 +53,12 @@ def test_twenty_sgd_steps_give_the_weights_of_ddp(
             for name, tensor in weights.items():
                 torch.testing.assert_close(tensor, expected[name], atol=1e-5, rtol=0, msg=f"{variant} {name} {rank}")
                 assert not torch.equal(tensor, initial_weights()[name]), f"{name} did not train"
+        alone = result["alone"]  # setup(model) without an optimizer: an engine that evaluates like the module
+        torch.testing.assert_close(alone["output"], deepspeed_job.network()(alone["probe"]), atol=0, rtol=0)
+        assert alone["setup_optimizers_refusal"] == (
+            f"The strategy {strategy!r} sets up a module and its optimizer together (deepspeed.initialize takes "
+            f"both): call model, optimizer = lite.setup(model, optimizer) instead of setup_module / setup_optimizers."
+        )
 
 
 def initial_weights() -> dict[str, torch.Tensor]:
@@ -79,6 +85,9 @@ def test_stage_3_holds_half_of_the_parameters_on_each_rank_from_init_module_on(s
             assert count["total"] == 769
             # Half of each parameter, rounded up: at most one element of padding per parameter.
             assert count["total"] / 2 <= count["local"] <= count["total"] / 2 + count["parameters"], moment
+        alone = result["alone"]  # setup(model) without an optimizer: a sharded engine that evaluates like the module
+        torch.testing.assert_close(alone["output"], deepspeed_job.network()(alone["probe"]), atol=1e-6, rtol=0)
+        assert "sets up a module and its optimizer together" in alone["setup_optimizers_refusal"]
 
 
 @pytest.mark.timeout(400)

@@ -75,10 +75,25 @@ def train_accumulating(lite: core.Lite) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+def setup_without_optimizer(lite: core.Lite) -> dict[str, Any]:
+    """A module set up alone (an engine for evaluation), and an optimizer set up on its own afterwards."""
+    evaluator = lite.setup(network())
+    probe = torch.linspace(-1, 1, 30).reshape(3, 10)
+    with torch.no_grad():
+        output = evaluator(probe)
+    try:
+        lite.setup_optimizers(torch.optim.SGD(evaluator.parameters(), lr=LR))
+        refusal = ""
+    except core.ConfigurationError as error:
+        refusal = str(error)
+    return {"probe": probe, "output": output, "setup_optimizers_refusal": refusal}
+
+
 def equivalence(lite: core.Lite, out: Path) -> dict[str, Any]:
     results = {variant: train(lite) for variant, train in (("plain", train_plain), ("accumulate", train_accumulating))}
-    return {variant: {name.removeprefix("module."): weight for name, weight in state.items()}
-            for variant, state in results.items()}
+    weights = {variant: {name.removeprefix("module."): weight for name, weight in state.items()}
+               for variant, state in results.items()}
+    return {**weights, "alone": setup_without_optimizer(lite)}
 
 
 def sharded_model(lite: core.Lite) -> tuple[Any, Any, dict[str, Any]]:
@@ -127,7 +142,7 @@ def sharded(lite: core.Lite, out: Path) -> dict[str, Any]:
         torch.save(consolidated, out / "consolidated.pt")
     counts["after_training"] = partition_counts(model.module)
     return {"losses": first + second, "output_at_save": output_at_save, "probe": probe,
-            "weights": full_weights(model.module), "counts": counts}
+            "weights": full_weights(model.module), "counts": counts, "alone": setup_without_optimizer(lite)}
 
 
 def resume(lite: core.Lite, out: Path) -> dict[str, Any]:
