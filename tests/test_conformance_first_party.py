@@ -60,6 +60,14 @@ class TestDDPForkStrategy(StrategyConformance):
     alias = "ddp_fork"
 
 
+class TestFSDPStrategy(StrategyConformance):
+    alias = "fsdp"
+
+
+class TestDeepSpeedStrategy(StrategyConformance):
+    alias = "deepspeed"
+
+
 # -------------------------------------------------------------------------------------------------
 # precisions
 # -------------------------------------------------------------------------------------------------
@@ -171,3 +179,7 @@ class TestKubeflowEnvironment(EnvironmentConformance):
 
 class TestTorchCheckpointIO(CheckpointIOConformance):
     alias = "torch"
+
+
+class TestDistributedCheckpointIO(CheckpointIOConformance):
+    alias = "distributed"

@@ -178,8 +178,11 @@ class DistributedRunConformance(Conformance):
                 f"global rank {rank}: load() returned {result['remainder']} for the entries not restored, "
                 f"expected {{'step': 7}}"
             )
-            assert {"model", "optimizer", "step"} <= set(result["keys"]), (
-                f"global rank {rank}: load(path) returned the keys {result['keys']}"
+            # Engines that own the optimizer (DeepSpeed) keep its state in their own files, so a plain read
+            # of the checkpoint promises the module and the plain values only.
+            assert {"model", "step"} <= set(result["keys"]), (
+                f"global rank {rank}: load(path) without a state returned the keys {result['keys']}; expected "
+                f"at least 'model' and 'step'"
             )
 
     @timeout(TEST_TIMEOUT)

@@ -77,8 +77,15 @@ def regression_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
 
 
+def _full(tensor: torch.Tensor) -> list[Any]:
+    """The whole tensor as a flat list; a sharded ``DTensor`` (FSDP) is gathered first, on every rank."""
+    full_tensor = getattr(tensor, "full_tensor", None)
+    whole = full_tensor() if callable(full_tensor) else tensor
+    return list(whole.detach().cpu().flatten().tolist())
+
+
 def _parameters(module: torch.nn.Module) -> dict[str, list[Any]]:
-    return {name: value.detach().cpu().flatten().tolist() for name, value in module.state_dict().items()}
+    return {name: _full(value) for name, value in module.state_dict().items()}
 
 
 def _train(lite: core.Lite, model: torch.nn.Module, batch_size: int, epochs: int) -> list[float]:
@@ -90,7 +97,7 @@ def _train(lite: core.Lite, model: torch.nn.Module, batch_size: int, epochs: int
         for features, targets in loader:
             optimizer.zero_grad()
             loss = torch.nn.functional.mse_loss(module(features), targets)
-            lite.backward(loss)
+            lite.backward(loss, model=module)
             optimizer.step()
             losses.append(float(loss.detach()))
     return losses
@@ -163,7 +170,7 @@ def checkpoint(lite: core.Lite, spec: Mapping[str, Any]) -> dict[str, Any]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     module, wrapped_optimizer = lite.setup(model, optimizer)
     wrapped_optimizer.zero_grad()
-    lite.backward(module(torch.ones(4, 8, device=lite.device)).square().mean())
+    lite.backward(module(torch.ones(4, 8, device=lite.device)).square().mean(), model=module)
     wrapped_optimizer.step()
     path = os.path.join(spec["out"], "conformance.ckpt")
     lite.save(path, {"model": module, "optimizer": wrapped_optimizer, "step": 7})
@@ -188,7 +195,7 @@ def checkpoint(lite: core.Lite, spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _momentum(optimizer: torch.optim.Optimizer) -> list[list[float]]:
-    return [state["momentum_buffer"].cpu().flatten().tolist() for state in optimizer.state.values()]
+    return [_full(state["momentum_buffer"]) for state in optimizer.state.values()]
 
 
 def training(lite: core.Lite, spec: Mapping[str, Any]) -> dict[str, Any]:
