@@ -440,7 +440,10 @@ class Trainer:
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """The values logged with ``prog_bar=True``, as numbers (converted when read)."""
-        names = self._train_metrics.prog_bar_names() | self._prog_bar_names
+        if self.state in ("validate", "test"):
+            names = self._metrics.prog_bar_names()  # this evaluation's values only
+        else:
+            names = self._train_metrics.prog_bar_names() | self._prog_bar_names
         return {name: float(value) for name, value in self.callback_metrics.items() if name in names}
 
     @property

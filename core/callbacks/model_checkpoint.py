@@ -154,9 +154,10 @@ class ModelCheckpoint(Callback):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if state_dict.get("dirpath") != self.dirpath:
+        if self.dirpath is not None and state_dict.get("dirpath") != self.dirpath:
             # Scores of files elsewhere mean nothing here; start ranking afresh in the new directory.
             return
+        self.dirpath = state_dict.get("dirpath")
         self.best_k_models = dict(state_dict["best_k_models"])
         self.best_model_path = state_dict["best_model_path"]
         self.kth_best_model_path = state_dict["kth_best_model_path"]
