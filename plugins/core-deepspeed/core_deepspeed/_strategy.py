@@ -91,6 +91,19 @@ class DeepSpeedStrategy(DDPStrategy):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.alias!r}, {self.settings}, config={self.user_config!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The options travel; deepspeed (a module) and the engines of a run stay behind.
+        state = super().__getstate__()
+        for key in ("_config", "_deepspeed", "_engines"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._config = None
+        self._deepspeed = None
+        self._engines = []
+
     def unavailable_reason(self) -> str | None:
         """Why this strategy cannot run here (``python -m core.plugins --check``), or ``None``."""
         return _import.unavailable_reason()
@@ -214,7 +227,8 @@ class DeepSpeedStrategy(DDPStrategy):
     def strategy_module_init_context(self, empty_init: bool) -> AbstractContextManager[Any]:
         if empty_init and zero_stage(self.config) == 3:
             # Each parameter is partitioned across the ranks as soon as its module is constructed.
-            context: AbstractContextManager[Any] = self.deepspeed.zero.Init(config_dict_or_path=self.config)
+            config = copy.deepcopy(self.config)
+            context: AbstractContextManager[Any] = self.deepspeed.zero.Init(config_dict_or_path=config)
             return context
         return super().strategy_module_init_context(empty_init=empty_init)
 

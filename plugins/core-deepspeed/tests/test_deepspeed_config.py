@@ -168,5 +168,16 @@ def test_a_path_that_is_not_a_deepspeed_checkpoint_is_neither_read_nor_overwritt
     assert precious.read_text() == "not ours"
 
 
+def test_the_strategy_pickles_with_its_options_and_without_the_run() -> None:
+    import pickle
+
+    strategy = resolved(DeepSpeedStrategy(stage=3, offload_optimizer=True, config={"gradient_clipping": 1.0}))
+    copied = pickle.loads(pickle.dumps(strategy))
+    assert (copied.name, copied.settings) == ("deepspeed_stage_3_offload", strategy.settings)
+    assert copied.user_config == {"gradient_clipping": 1.0}
+    with pytest.raises(core.ConfigurationError, match="has no config before it is resolved into a run"):
+        _ = copied.config
+
+
 def test_the_public_surface() -> None:
     assert set(core_deepspeed.__all__) >= {"DeepSpeedStrategy", "load_consolidated", *ALIASES}
