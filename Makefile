@@ -53,6 +53,7 @@ bench-peers:
 docs: setup
 	$(PY) scripts/gen_hooks_doc.py
 	@if [ -f scripts/gen_compatibility.py ]; then $(PY) scripts/gen_compatibility.py; fi
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
