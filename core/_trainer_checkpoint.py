@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import random
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -272,11 +273,17 @@ def restore_checkpoint_state(trainer: Trainer, path: str, weights_only: bool = F
 # -------------------------------------------------------------------------------------------------
 
 
+def _step_in_name(path: str) -> int:
+    found = re.search(r"step=(\d+)", os.path.basename(path))
+    return int(found.group(1)) if found else -1
+
+
 def _newest(paths: Sequence[str]) -> str | None:
-    existing = [path for path in paths if os.path.isfile(path)]
+    # A checkpoint is a file, or a directory of shards (sharded strategies); equal times: the higher step wins.
+    existing = [path for path in paths if os.path.exists(path)]
     if not existing:
         return None
-    return max(existing, key=lambda path: (os.stat(path).st_mtime_ns, path))
+    return max(existing, key=lambda path: (os.stat(path).st_mtime_ns, _step_in_name(path), path))
 
 
 def find_last(directories: Sequence[str], known: Sequence[str]) -> str | None:

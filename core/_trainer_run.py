@@ -151,8 +151,8 @@ def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | No
         else:
             chosen = os.fspath(ckpt_path)
     chosen = trainer.lite.broadcast(chosen)
-    if chosen is not None and "://" not in chosen and not os.path.isfile(chosen):
-        raise ConfigurationError(f"{stage}(ckpt_path={chosen!r}): no such file.")
+    if chosen is not None and "://" not in chosen and not os.path.exists(chosen):
+        raise ConfigurationError(f"{stage}(ckpt_path={chosen!r}): no such file or directory.")
     return chosen
 
 

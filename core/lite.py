@@ -689,6 +689,15 @@ class Lite:
             self._hooks.precision_load_state_dict(state=precision_state)
         return restore(state, checkpoint, strict, where)
 
+    def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Delete a checkpoint written by :meth:`save` (a file, a directory of shards, a URL) via the checkpoint_io.
+
+        Global rank 0 deletes; the other ranks return at once. A path that does not exist is not an error.
+        """
+        self._require_running("remove_checkpoint")
+        if self.is_global_zero:
+            self._active.hook.checkpoint_io_remove(path=os.fspath(path))
+
     # ---------------------------------------------------------------------------------------------
     # Utilities
     # ---------------------------------------------------------------------------------------------

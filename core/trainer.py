@@ -13,7 +13,6 @@ predict); ``core._trainer_checkpoint`` (the checkpoint); ``core._trainer_logging
 from __future__ import annotations
 
 import builtins
-import contextlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -500,10 +499,8 @@ class Trainer:
         self._lite.save(filepath, state)
 
     def remove_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
-        """Delete a checkpoint written by :meth:`save_checkpoint` (on global rank 0; the others skip)."""
-        if self.is_global_zero:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(filepath)
+        """Delete a checkpoint written by :meth:`save_checkpoint` (``Lite.remove_checkpoint``: rank 0 deletes)."""
+        self._lite.remove_checkpoint(filepath)
 
     def log_to_loggers(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Send ``metrics`` to every logger at ``step`` (default: the global step), from global rank 0.
