@@ -185,6 +185,9 @@ def install_exception_hook(global_rank: int, world_size: int) -> None:
 
     def hook(kind: type[BaseException], error: BaseException, frames: Any) -> None:
         _fail_rank(error, global_rank, world_size, _children)
+        # torch.distributed's own hook may wrap this one with sys.stderr redirected to a buffer that it
+        # prints only after this returns, which it will not: print to the real stderr.
+        sys.stderr = sys.__stderr__ or sys.stderr
         previous(kind, error, frames)
         # The job is over. Run the exit handlers, then skip the interpreter's finalization: with torch
         # loaded it takes seconds on a busy machine, and the last process of a failed job should be gone.

@@ -10,6 +10,11 @@ from typing import Any, ClassVar, Final
 
 import torch
 import torch.distributed as dist
+
+# Imported before any process group exists, on purpose: this module's functions take ``group=group.WORLD``
+# as a default argument, so importing it later (DistributedDataParallel does, lazily) would hold the
+# world group forever and free it only during interpreter shutdown, where gloo aborts the process.
+import torch.distributed.nn.functional
 from torch.nn.parallel import DistributedDataParallel
 
 from core import ConfigurationError, Supports, hookimpl
@@ -200,12 +205,12 @@ class DDPStrategy(SingleDeviceStrategy):
         self._communicator = None
 
     def _release_wrappers(self) -> None:
-        """Let the process group die now, while the interpreter is fully alive.
+        """Let the destroyed process group be freed now, while the interpreter is fully alive.
 
-        A ``DistributedDataParallel`` the user still holds keeps the destroyed group alive through its
-        reducer; the group would then be freed during interpreter shutdown, where gloo's worker threads
-        can abort the process ("terminate called without an active exception"). The wrapper is finished
-        with anyway: its inner ``.module`` and its ``state_dict()`` keep working.
+        A ``DistributedDataParallel`` the user still holds keeps the group alive through its reducer; the
+        group would then be freed during interpreter shutdown, where gloo's worker threads can abort the
+        process ("terminate called without an active exception"). The wrapper is finished with anyway:
+        its ``.module`` and its ``state_dict()`` keep working.
         """
         for wrapper in list(self._wrappers):
             for attribute in ("logger", "reducer", "process_group"):

@@ -9,13 +9,16 @@ test sees which processes ran. The failing rank writes the time of its failure t
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 import core
 
@@ -36,6 +39,10 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+# The world process group of the last run, to check that teardown let it be freed (see the clean-exit test).
+WORLD: list[weakref.ref[object]] = []
+
+
 def fail_here(args: argparse.Namespace, global_rank: int, step: int) -> None:
     if args.fail == "none" or global_rank != args.fail_rank or step != args.fail_step:
         return
@@ -51,6 +58,7 @@ def train(lite: core.Lite, args: argparse.Namespace) -> str:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    WORLD[:] = [weakref.ref(dist.group.WORLD)]
     (args.out / f"ready-{lite.global_rank}").write_text(str(os.getpid()))
     for step in range(args.steps):
         loss = model(torch.randn(8, 4)).pow(2).mean()
@@ -85,7 +93,11 @@ def main() -> int:
                 (args.out / "raised_at").write_text(repr(time.time()))
                 raise
         # One write, so that the lines of two ranks sharing a pipe never interleave.
-        sys.stdout.write(f"RESULT rank={lite.global_rank} world={lite.world_size} returned={returned}\n")
+        lines = f"RESULT rank={lite.global_rank} world={lite.world_size} returned={returned}\n"
+        if WORLD:  # this process ran a rank; ``lite`` still holds the model, which must not hold the group
+            gc.collect()
+            lines += f"GROUP rank={lite.global_rank} freed={WORLD[0]() is None}\n"
+        sys.stdout.write(lines)
         sys.stdout.flush()
     return 0
 
