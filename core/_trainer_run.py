@@ -107,10 +107,16 @@ def _check_optimization_flags(trainer: Trainer, module: Module) -> None:
         )
 
 
-def _set_up_optimizers(trainer: Trainer, lite: Lite, module: Module) -> None:
+def _set_up_model_and_optimizers(trainer: Trainer, lite: Lite, module: Module) -> None:
+    """``configure_optimizers``, then ``Lite.setup`` of the module with them, in one call.
+
+    One call lets a strategy that owns both (DeepSpeed's engine) take them together; a sharding strategy points
+    the optimizers at the shards that replace the parameters.
+    """
     optimizers, schedulers = parse_optimizers(module.configure_optimizers())
-    set_up = lite.setup_optimizers(*optimizers)
-    trainer.optimizers = list(set_up) if isinstance(set_up, tuple) else [set_up]
+    step_module, *set_up = lite.setup(StepModule(module), *optimizers)
+    trainer._step_module = step_module
+    trainer.optimizers = set_up
     trainer.lr_scheduler_configs = schedulers
 
 
@@ -249,12 +255,12 @@ def run_stage(
             datamodule.setup(stage)
         trainer._hooks.call("setup", trainer, module, stage)
         module.setup(stage)
+        data = _set_up_data(trainer, lite, stage, loaders)  # first: configure_optimizers may read its length
         if stage == "fit":
             _check_optimization_flags(trainer, module)
-        trainer._step_module = lite.setup_module(StepModule(module))
-        if stage == "fit":
-            _set_up_optimizers(trainer, lite, module)
-        data = _set_up_data(trainer, lite, stage, loaders)
+            _set_up_model_and_optimizers(trainer, lite, module)
+        else:
+            trainer._step_module = lite.setup_module(StepModule(module))
         path = _resolve_ckpt_path(trainer, ckpt_path, stage)
         if path is not None:
             restore_checkpoint_state(trainer, path, weights_only=stage != "fit")
