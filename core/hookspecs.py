@@ -24,6 +24,12 @@ Besides the hooks, a plugin object may declare these attributes (all optional):
     Strategies: the most processes it can run (``1`` for ``single_device``; ``None`` for no limit).
 ``default_checkpoint_io``
     Strategies: the checkpoint_io alias used when the user names none (``"torch"`` otherwise).
+``writes_shards``
+    Checkpoint_io: ``True`` when every rank may call ``checkpoint_io_save`` with its shards of one state
+    (``distributed``); sharding strategies require it for sharded checkpoints.
+``pending``
+    Checkpoint_io with background writes: how many writes are in flight (``async``); resumable checkpoints
+    write their completeness marker once it is 0.
 
 ``contract_version``
     The :data:`CONTRACT_VERSION` the plugin was written for; ``python -m core.plugins --check`` reports a
