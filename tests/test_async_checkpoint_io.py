@@ -194,10 +194,6 @@ def test_lite_saves_and_loads_through_it(tmp_path: Path) -> None:
     assert lite.launch(train) == ("async", 0.5)
 
 
-@pytest.mark.skipif(
-    "async" not in {info.alias for info in core.discover().of_kind("checkpoint_io")},
-    reason="the 'async' entry point is not registered yet (core's pyproject)",
-)
 def test_the_alias_selects_it() -> None:
     lite = core.Lite(accelerator="cpu", devices=1, plugins=["async"])
     assert isinstance(lite.active.checkpoint_io, AsyncCheckpointIO)
@@ -249,7 +245,7 @@ def test_the_loop_goes_on_while_a_large_state_is_written(io: AsyncCheckpointIO, 
 class TestAsyncConformance(CheckpointIOConformance):
     """The conformance kit every checkpoint_io passes."""
 
-    plugin_factory = "core.builtin.async_checkpoint_io:AsyncCheckpointIO"
+    alias = "async"
 
     def test_failed_save_keeps_the_previous_checkpoint(self, plugin: object, tmp_path: Path) -> None:
         """The kit's version expects the failing save call to raise; here the failure surfaces at the next call."""
