@@ -118,7 +118,8 @@ class Lines:
             self.seen.append(line)
             if line.startswith(prefix):
                 return line.strip()
-        pytest.fail(f"no line starting with {prefix!r} within {timeout} s; the job printed:\n{''.join(self.seen)[-6000:]}")
+        printed = "".join(self.seen)[-6000:]
+        pytest.fail(f"no line starting with {prefix!r} within {timeout} s; the job printed:\n{printed}")
 
 
 @pytest.mark.distributed
