@@ -118,6 +118,7 @@ def test_urls_and_storage_options_are_refused_with_the_way_out(io: DistributedCh
         io.checkpoint_io_save(checkpoint={}, path=str(tmp_path / "c"), storage_options={"a": 1})
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_the_format_is_plain_dcp_with_dotted_tensor_keys(io: DistributedCheckpointIO, tmp_path: Path) -> None:
     import torch.distributed.checkpoint as dcp
 
