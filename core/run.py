@@ -142,5 +142,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _exit(status: int) -> None:
+    """Exit with ``status``; after a failure, without the interpreter's finalization (slow with torch loaded),
+    so that the launcher, the last process of the failed job, is gone at once."""
+    if status == 0:
+        sys.exit(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())
