@@ -78,6 +78,33 @@ def _apply_shorthands(settings: dict[str, Any], shorthands: Mapping[str, object]
         settings["devices"] = value
 
 
+# Settings `python -m core.run` exports for the scripts it starts: used where the script left the default.
+_LAUNCHER_VARIABLES: Final = {
+    "accelerator": ("CORE_ACCELERATOR", "auto"),
+    "strategy": ("CORE_STRATEGY", "auto"),
+    "devices": ("CORE_DEVICES", "auto"),
+    "num_nodes": ("CORE_NUM_NODES", 1),
+    "precision": ("CORE_PRECISION", None),
+}
+
+
+def _apply_launcher_defaults(settings: dict[str, Any]) -> None:
+    """Fill settings the script left at their defaults from the variables of ``python -m core.run``.
+
+    An explicit argument always wins, so a script that names its strategy runs the same under the launcher.
+    """
+    for name, (variable, default) in _LAUNCHER_VARIABLES.items():
+        value = os.environ.get(variable)
+        if not value or settings[name] != default:
+            continue
+        if name == "num_nodes":
+            if not value.isdigit():
+                raise ConfigurationError(f"{variable}={value!r} is not a whole number of nodes.")
+            settings[name] = int(value)
+        else:
+            settings[name] = value
+
+
 def _as_plugin_list(plugins: object) -> list[object] | None:
     if plugins is None:
         return None
@@ -196,6 +223,7 @@ class Lite:
             "plugins": _as_plugin_list(plugins),
         }
         _apply_shorthands(settings, {"gpus": gpus, "tpu_cores": tpu_cores})
+        _apply_launcher_defaults(settings)
         self._settings = _snapshot(settings)
         self._phase = _NEW
         self._attach(resolve(**settings))
