@@ -10,6 +10,7 @@ an FSDP model through the ordinary ``load_state_dict`` calls.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import chain
 from typing import Any
 
 import torch
@@ -54,20 +55,32 @@ def _needs_sharding(value: Any, like: DTensor) -> bool:
 
 
 def install_module_load_hook(module: torch.nn.Module) -> None:
-    """Let ``module.load_state_dict`` take whole tensors for its sharded parameters and buffers."""
-    sharded = {name: tensor for name, tensor in module.state_dict().items() if isinstance(tensor, DTensor)}
-    layouts = {name: (tensor.device_mesh, tensor.placements, tensor.shape) for name, tensor in sharded.items()}
+    """Let ``load_state_dict`` take whole tensors for sharded parameters, called on ``module`` or any submodule.
 
-    def shard_whole_tensors(
-        owner: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
-    ) -> None:
+    Each submodule holding sharded tensors of its own gets a hook for those, so the slicing happens
+    whichever module ``load_state_dict`` is called on (the Trainer loads into the user's module, which the
+    strategy sees inside its own root).
+    """
+    for submodule in module.modules():
+        own = chain(submodule.named_parameters(recurse=False), submodule.named_buffers(recurse=False))
+        layouts = {
+            name: (tensor.device_mesh, tensor.placements, tensor.shape)
+            for name, tensor in own
+            if isinstance(tensor, DTensor)
+        }
+        if layouts:
+            submodule.register_load_state_dict_pre_hook(_whole_to_shards(layouts))
+
+
+def _whole_to_shards(layouts: dict[str, tuple[Any, Any, torch.Size]]) -> Callable[..., None]:
+    def shard_whole_tensors(owner: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         for name, (mesh, placements, shape) in layouts.items():
             key = prefix + name
             value = state_dict.get(key)
             if isinstance(value, torch.Tensor) and not isinstance(value, DTensor) and value.shape == shape:
                 state_dict[key] = distribute_tensor(value, mesh, placements, src_data_rank=None)
 
-    module.register_load_state_dict_pre_hook(shard_whole_tensors)
+    return shard_whole_tensors
 
 
 def install_optimizer_load_hook(optimizer: torch.optim.Optimizer) -> None:

@@ -164,3 +164,19 @@ def test_cpu_offload_alias_and_mixed_precision_from_the_precision_plugin() -> No
     chosen = MixedPrecisionPolicy(param_dtype=torch.float16)
     given = core.Lite(accelerator="cpu", strategy=FSDPStrategy(mixed_precision=chosen), devices=2).active.strategy
     assert isinstance(given, FSDPStrategy) and given._mixed_precision() is chosen
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_the_trainer_on_fsdp_resumes_from_sharded_resumable_checkpoints(tmp_path: Path, job: Job) -> None:
+    job("fsdp_trainer_job.py", str(tmp_path / "uninterrupted"), "10")
+    job("fsdp_trainer_job.py", str(tmp_path / "resumed"), "7")  # stops after step 7; the last checkpoint is step 6
+    job("fsdp_trainer_job.py", str(tmp_path / "resumed"), "10")
+    assert (tmp_path / "resumed" / "first-step-10.txt").read_text() == "7", "the second fit did not resume at step 6"
+    uninterrupted = torch.load(tmp_path / "uninterrupted" / "final-10.pt", weights_only=True)
+    resumed = torch.load(tmp_path / "resumed" / "final-10.pt", weights_only=True)
+    assert uninterrupted.keys() == resumed.keys()
+    assert all(torch.equal(uninterrupted[name], resumed[name]) for name in resumed)
+    newest = tmp_path / "resumed" / "resumable" / "step-000000009" / "checkpoint.pt"
+    shards = sorted(path.name for path in newest.iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
