@@ -188,7 +188,7 @@ def test_lite_saves_and_loads_through_it(tmp_path: Path) -> None:
         torch.nn.init.constant_(model.weight, -1.0)  # changed right after save returned
         state: dict[str, Any] = {"model": model, "step": 0}
         lite.load(tmp_path / "c.pt", state)
-        return lite.active.config.checkpoint_io, float(model.weight.mean())
+        return lite.active.config.checkpoint_io, float(model.weight.detach().mean())
 
     lite = core.Lite(accelerator="cpu", devices=1, plugins=[AsyncCheckpointIO()])
     assert lite.launch(train) == ("async", 0.5)
