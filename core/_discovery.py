@@ -34,6 +34,7 @@ FIRST_PARTY: Final[dict[tuple[str, str], str]] = {
         "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_unused_parameters_true", "dp",
     )},
     ("strategy", "fsdp"): "core-fsdp",
+    ("strategy", "fsdp_cpu_offload"): "core-fsdp",
     **{("strategy", alias): "core-deepspeed" for alias in (
         "deepspeed", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_2_offload",
         "deepspeed_stage_3", "deepspeed_stage_3_offload",
