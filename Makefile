@@ -30,7 +30,7 @@ typecheck: setup
 	$(PY) -m mypy core bench $(wildcard plugins/*/core_* contrib/*/core_*)
 
 unit: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 test: lint typecheck unit
 
