@@ -85,7 +85,53 @@ def lite(steps: int, ddp: bool) -> tuple[float, bool]:
     return result if result is not None else (0.0, False)
 
 
-MODES = {"raw": raw, "lite": lite}
+def _trainer(steps: int, ddp: bool, full: bool) -> tuple[float, bool]:
+    import tempfile
+
+    import core
+
+    class Timed(core.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = make_model()
+            self.start = 0.0
+            self.seconds = 0.0
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if batch_idx == WARMUP:
+                self.start = time.perf_counter()
+            features, labels = batch
+            loss = torch.nn.functional.cross_entropy(self.model(features), labels)
+            if full:
+                self.log("loss", loss, prog_bar=True)
+            return loss
+
+        def on_train_end(self) -> None:
+            self.seconds = (time.perf_counter() - self.start) / steps
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    module = Timed()
+    with tempfile.TemporaryDirectory() as root:
+        trainer = core.Trainer(
+            accelerator="cpu", strategy="ddp" if ddp else "single_device", devices=2 if ddp else 1,
+            max_steps=WARMUP + steps, logger=full, enable_checkpointing=full, enable_progress_bar=full,
+            num_sanity_val_steps=0, default_root_dir=root,
+        )
+        trainer.fit(module, train_dataloaders=make_loader(steps, 2 if ddp else 1))
+    return module.seconds, trainer.is_global_zero
+
+
+def trainer(steps: int, ddp: bool) -> tuple[float, bool]:
+    return _trainer(steps, ddp, full=False)
+
+
+def trainer_full(steps: int, ddp: bool) -> tuple[float, bool]:
+    return _trainer(steps, ddp, full=True)
+
+
+MODES = {"raw": raw, "lite": lite, "trainer": trainer, "trainer_full": trainer_full}
 
 
 def main() -> None:
