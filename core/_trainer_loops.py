@@ -153,11 +153,12 @@ class FitLoop:
     def _epoch(self) -> None:
         trainer, progress, module = self.trainer, self.trainer._progress, self.module
         resuming = progress.batches_done > 0
-        self.store.enter(TRAIN_BATCH)
         if not resuming:
             self.store.reset_epoch()
+            self.store.enter(EPOCH)
             trainer._hooks.call("on_train_epoch_start", trainer, module)
             module.on_train_epoch_start()
+        self.store.enter(TRAIN_BATCH)
         for set_epoch in self.epoch_setters:
             set_epoch(progress.epoch)
         if resuming and trainer._resume_rng is not None and trainer._resume_rng[1] is not None:

@@ -9,6 +9,7 @@ hold the trained weights and the metrics.
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -162,7 +163,19 @@ def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | No
     return chosen
 
 
+def _own_memory(module: Module) -> None:
+    """Give this process its own copy of any parameter or buffer whose memory it shares with other processes.
+
+    ``torch.multiprocessing`` pickles CPU tensors into shared memory, so the ranks of ``ddp_spawn`` would receive
+    one set of weights between them, and every rank's optimizer step would land on it.
+    """
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        if tensor.is_shared():
+            tensor.data = tensor.data.clone()
+
+
 def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule: DataModule | None) -> None:
+    _own_memory(module)
     trainer._lite = lite
     trainer.module, trainer.datamodule = module, datamodule
     trainer.state = stage

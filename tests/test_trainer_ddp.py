@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -53,13 +54,24 @@ def single_process_losses(state: dict[str, torch.Tensor]) -> tuple[list[float], 
     return exact, padded
 
 
-@pytest.mark.timeout(300)
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """What each launch style saved: one run of the script per strategy, shared by the tests below."""
+    found = {}
+    for strategy in ("ddp", "ddp_spawn"):
+        output = tmp_path_factory.mktemp(strategy) / "result.pt"
+        result = run_script(strategy, output)
+        assert result.returncode == 0, result.stdout + result.stderr
+        found[strategy] = torch.load(output, weights_only=True)
+    return found
+
+
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
-def test_sync_dist_validation_loss_on_two_processes_equals_the_full_set_loss(strategy: str, tmp_path: Path) -> None:
-    output = tmp_path / "result.pt"
-    result = run_script(strategy, output)
-    assert result.returncode == 0, result.stdout + result.stderr
-    saved = torch.load(output, weights_only=True)
+def test_sync_dist_validation_loss_on_two_processes_equals_the_full_set_loss(
+    strategy: str, results: dict[str, dict[str, Any]]
+) -> None:
+    saved = results[strategy]
     assert saved["world_size"] == 2
     assert saved["global_step"] == 2 * 4, "64 samples, 32 per process, batches of 8, 2 epochs"
 
@@ -69,3 +81,11 @@ def test_sync_dist_validation_loss_on_two_processes_equals_the_full_set_loss(str
         assert saved["fit"][key] == pytest.approx(want, abs=1e-6), f"{key} logged during fit"
         assert saved["validate"][index][key] == pytest.approx(want, abs=1e-6), f"{key} from validate()"
     assert abs(padded[1] - exact[1]) > 1e-4, "with padding the odd-sized set would be biased: the test would not notice"
+
+
+@pytest.mark.timeout(600)
+def test_ddp_and_ddp_spawn_train_the_same_weights(results: dict[str, dict[str, Any]]) -> None:
+    """Same data, same initial weights: re-run script and spawned processes must agree bit for bit (the spawned
+    ranks must not share one copy of the weights, which would apply every step twice)."""
+    for name, tensor in results["ddp"]["state"].items():
+        assert torch.equal(tensor, results["ddp_spawn"]["state"][name]), name
