@@ -19,6 +19,8 @@ BENCHMARKS = {
     "overhead": ("bench.overhead", 400, 5),
     "startup": ("bench.startup", 5, 1),
     "hooks": ("bench.hooks", 20000, 100),
+    "checkpoints": ("bench.checkpoints", 200, 8),
+    "memory": ("bench.memory", 24, 1),
 }
 
 
@@ -26,9 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--tiny", action="store_true", help="one quick pass of each benchmark (for tests)")
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), help="run only these")
+    parser.add_argument(
+        "--append", action="store_true", help="keep the rows already in --out/results.json and add these"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="where to write results")
     args = parser.parse_args(argv)
     results: list[Result] = []
+    previous = args.out / "results.json"
+    if args.append and previous.exists():
+        results += [Result.from_dict(row) for row in json.loads(previous.read_text())["results"]]
     for name in args.only or BENCHMARKS:
         module_name, full, tiny = BENCHMARKS[name]
         print(f"[bench] {name} ...", flush=True)
@@ -38,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {result.name}: ours {result.ours:.6g} {result.unit}, ratio {ratio}, met={result.met}", flush=True)
             results.append(result)
     peers_file = Path(__file__).resolve().parent / "results-peers.json"
-    if not args.tiny and not args.only and peers_file.exists():
+    if not args.tiny and not args.only and not args.append and peers_file.exists():
         peers = json.loads(peers_file.read_text())
         print(f"[bench] adding peers from {peers_file.name} ({peers['date']}, {peers['versions']})")
-        results += [Result(**row) for row in peers["results"]]
+        results += [Result.from_dict(row) for row in peers["results"]]
     header = "Tiny smoke run: figures are meaningless." if args.tiny else (
         "Each row alternates baseline and candidate (A B A B ...) and reports medians. See bench/README.md."
     )

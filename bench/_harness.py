@@ -27,6 +27,12 @@ class Result:
     met: bool | None = None
     note: str = ""
 
+    @classmethod
+    def from_dict(cls, row: dict[str, object]) -> Result:
+        """A row of results.json back into a Result (the derived ``ratio`` is dropped)."""
+        names = {field.name for field in attrs.fields(cls)}
+        return cls(**{key: value for key, value in row.items() if key in names})  # type: ignore[arg-type]
+
     @property
     def ratio(self) -> float | None:
         if self.baseline is None or self.baseline == 0:
