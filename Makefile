@@ -39,6 +39,9 @@ demo: setup
 	@echo
 	# The main job: the digits network trained by Lite on 2 processes over gloo (ddp from core-ddp).
 	OMP_NUM_THREADS=1 $(PY) examples/digits.py --accelerator cpu --strategy ddp --devices 2 --precision 32-true
+	@echo
+	# The same task as a Module + DataModule under the Trainer (logs and checkpoints under runs/demo).
+	OMP_NUM_THREADS=1 $(PY) examples/digits_trainer.py --accelerator cpu --strategy ddp --devices 2 --root runs/demo
 
 bench: setup
 	$(PY) -m bench
