@@ -135,7 +135,8 @@ class EarlyStopping(Callback):
             return
         stop, reason = self._judge(float(value))
         if trainer.world_size > 1:
-            stop = bool(trainer.lite.all_reduce(torch.tensor(float(stop)), reduce_op="max") > 0)
+            decision = torch.tensor(float(stop), device=trainer.lite.device)
+            stop = bool(trainer.lite.all_reduce(decision, reduce_op="max") > 0)
         if stop:
             trainer.should_stop = True
             self.stopped_epoch = trainer.current_epoch
