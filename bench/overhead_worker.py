@@ -53,6 +53,10 @@ def raw(steps: int, ddp: bool) -> tuple[float, bool]:
     model = make_model()
     world_size, rank = 1, 0
     if ddp:
+        # DDP imports this lazily and its functions capture the world group as defaults; imported after the
+        # group exists, the group outlives destroy_process_group() and gloo aborts at interpreter exit.
+        import torch.distributed.nn.functional
+
         torch.distributed.init_process_group("gloo")
         world_size, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
         model = torch.nn.parallel.DistributedDataParallel(model)
@@ -66,6 +70,7 @@ def raw(steps: int, ddp: bool) -> tuple[float, bool]:
     seconds = timed_loop(model, optimizer, loader, lambda loss: loss.backward(), steps)
     if ddp:
         torch.distributed.barrier()
+        del model, optimizer  # drop DDP's reference to the group before destroying it
         torch.distributed.destroy_process_group()
     return seconds, rank == 0
 
