@@ -46,10 +46,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {result.name}: ours {result.ours:.6g} {result.unit}, ratio {ratio}, met={result.met}", flush=True)
             results.append(result)
     peers_file = Path(__file__).resolve().parent / "results-peers.json"
-    if not args.tiny and not args.only and not args.append and peers_file.exists():
+    if not args.tiny and (args.append or not args.only) and peers_file.exists():
         peers = json.loads(peers_file.read_text())
         print(f"[bench] adding peers from {peers_file.name} ({peers['date']}, {peers['versions']})")
         results += [Result.from_dict(row) for row in peers["results"]]
+    # A row measured again (--append) replaces the earlier one of the same name.
+    results = list({result.name: result for result in results}.values())
     header = "Tiny smoke run: figures are meaningless." if args.tiny else (
         "Each row alternates baseline and candidate (A B A B ...) and reports medians. See bench/README.md."
     )
