@@ -14,7 +14,7 @@ import json, resource, sys, torch
 from core import Lite
 
 def main(lite, width, depth):
-    with lite.init_module():
+    with lite.init_module(empty_init=True):
         model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(depth)])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     model, optimizer = lite.setup(model, optimizer)

@@ -14,6 +14,10 @@ import time
 from typing import Any
 
 import torch
+
+# DDP imports this lazily and its functions capture the world group as default arguments; imported after the
+# group exists, the group outlives destroy_process_group() and gloo aborts at interpreter exit.
+import torch.distributed.nn.functional
 from torch.utils.data import DataLoader, TensorDataset
 
 WARMUP = 20
@@ -53,10 +57,6 @@ def raw(steps: int, ddp: bool) -> tuple[float, bool]:
     model = make_model()
     world_size, rank = 1, 0
     if ddp:
-        # DDP imports this lazily and its functions capture the world group as defaults; imported after the
-        # group exists, the group outlives destroy_process_group() and gloo aborts at interpreter exit.
-        import torch.distributed.nn.functional
-
         torch.distributed.init_process_group("gloo")
         world_size, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
         model = torch.nn.parallel.DistributedDataParallel(model)
