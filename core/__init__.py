@@ -41,6 +41,7 @@ _LAZY = {
     "Trainer": "core.trainer",
     "Module": "core.module",
     "DataModule": "core.module",
+    "Callback": "core.callbacks",
 }
 
 if TYPE_CHECKING:
@@ -48,6 +49,11 @@ if TYPE_CHECKING:
     from core._devices import DeviceRequest, parse_devices
     from core._discovery import Catalog, PluginInfo, discover
     from core._resolver import resolve
+    from core._seed import seed_everything
+    from core.callbacks import Callback
+    from core.lite import Lite
+    from core.module import DataModule, Module
+    from core.trainer import Trainer
 
 
 def __getattr__(name: str) -> Any:
@@ -66,6 +72,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "ActiveSet",
     "BrokenPluginError",
+    "Callback",
     "Catalog",
     "CheckpointError",
     "ClusterInfo",

@@ -305,9 +305,30 @@ def _process_entry(
     run_rank(_call_and_keep, (function, args, kwargs, global_rank, scratch), {}, global_rank, layout.world_size)
 
 
+def _own_module_memory(value: Any) -> None:
+    """Give every module passed to a spawned rank private parameters and buffers.
+
+    torch.multiprocessing sends CPU tensors through shared memory, so without this the ranks would train one
+    shared set of weights and every optimizer step would land once per rank.
+    """
+    if isinstance(value, torch.nn.Module):
+        with torch.no_grad():
+            for tensor in (*value.parameters(), *value.buffers()):
+                if tensor.is_shared():
+                    tensor.data = tensor.data.clone()
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _own_module_memory(item)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _own_module_memory(item)
+
+
 def _call_and_keep(
     function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], global_rank: int, scratch: str
 ) -> None:
+    _own_module_memory(args)
+    _own_module_memory(kwargs)
     result = function(*args, **kwargs)
     if global_rank == 0:
         with open(os.path.join(scratch, "result.pickle"), "wb") as file:

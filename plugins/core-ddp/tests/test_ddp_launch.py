@@ -93,3 +93,23 @@ def test_the_digits_demo_trains_on_two_processes_to_95_percent(jobs) -> None:  #
     assert re.search(r"strategy\s+ddp\s", finished.stdout)
     accuracy = re.findall(r"^test accuracy: (\d\.\d{4})$", finished.stdout, flags=re.MULTILINE)
     assert len(accuracy) == 1 and float(accuracy[0]) >= 0.95, finished.stdout
+
+
+@pytest.mark.timeout(180)
+def test_ddp_spawn_gives_each_rank_its_own_copy_of_a_module_argument() -> None:
+    """torch.multiprocessing shares CPU tensors between processes; a step must still land once, not per rank."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "scripts" / "spawn_module_argument.py"
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=170,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    weights = json.loads(result.stdout.strip().splitlines()[-1])["weights"]
+    # d(sum(x @ w))/dw = 4 for each weight (4 rows of ones), lr 0.5: one step takes 1.0 to -1.0 exactly once.
+    assert weights == [-1.0, -1.0, -1.0]
