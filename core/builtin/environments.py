@@ -23,6 +23,31 @@ def find_free_port(address: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
+class ExportedVariables:
+    """Environment variables an environment plugin sets for libraries that read them (``init_method="env://"``),
+    restored to their previous values (or removed) by :meth:`restore`, which teardown calls.
+
+    A public helper for environment plugins: ``self.exported = ExportedVariables()``, then
+    ``self.exported.set("MASTER_ADDR", address)`` and ``self.exported.restore()`` in ``environment_teardown``.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[str, str | None] = {}
+
+    def set(self, name: str, value: str) -> None:
+        if name not in self._previous:
+            self._previous[name] = os.environ.get(name)
+        os.environ[name] = value
+
+    def restore(self) -> None:
+        for name, previous in self._previous.items():
+            if previous is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = previous
+        self._previous.clear()
+
+
 def _int_variable(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -41,7 +66,7 @@ class LocalEnvironment:
     priority: Final = -1000
 
     def __init__(self) -> None:
-        self._exported: list[str] = []
+        self._exported = ExportedVariables()
 
     @hookimpl
     def environment_detect(self) -> object:
@@ -71,8 +96,7 @@ class LocalEnvironment:
         value = os.environ.get(name)
         if not value:
             value = default if default is not None else str(find_free_port())
-            os.environ[name] = value
-            self._exported.append(name)
+            self._exported.set(name, value)
         return value
 
     @hookimpl
@@ -86,6 +110,4 @@ class LocalEnvironment:
 
     @hookimpl
     def environment_teardown(self) -> None:
-        for name in self._exported:
-            os.environ.pop(name, None)
-        self._exported.clear()
+        self._exported.restore()

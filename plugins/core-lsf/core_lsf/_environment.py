@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
+from core.builtin.environments import ExportedVariables
 
 DETECTION_VARIABLES: Final = ("LSB_JOBID", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK")
 HOST_SOURCES: Final = ("LSB_DJOB_RANKFILE", "LSB_MCPU_HOSTS", "LSB_HOSTS")
@@ -88,7 +89,7 @@ class LSFEnvironment:
     priority: Final = 300
 
     def __init__(self) -> None:
-        self._saved_variables: dict[str, str | None] = {}
+        self._exported = ExportedVariables()
 
     @hookimpl
     def environment_detect(self) -> object | None:
@@ -116,8 +117,8 @@ class LSFEnvironment:
         else:
             node_rank = hosts.index(hostname)
         address, port = hosts[0], main_port()
-        self._export("MASTER_ADDR", address)
-        self._export("MASTER_PORT", str(port))
+        self._exported.set("MASTER_ADDR", address)
+        self._exported.set("MASTER_PORT", str(port))
         return ClusterInfo(
             world_size=_read_int("JSM_NAMESPACE_SIZE"),
             global_rank=_read_int("JSM_NAMESPACE_RANK"),
@@ -145,14 +146,5 @@ class LSFEnvironment:
 
     @hookimpl
     def environment_teardown(self) -> None:
-        for name, previous in self._saved_variables.items():
-            if previous is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = previous
-        self._saved_variables.clear()
+        self._exported.restore()
 
-    def _export(self, name: str, value: str) -> None:
-        if name not in self._saved_variables:
-            self._saved_variables[name] = os.environ.get(name)
-        os.environ[name] = value

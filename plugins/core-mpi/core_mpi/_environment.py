@@ -16,6 +16,7 @@ import os
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
+from core.builtin.environments import ExportedVariables
 from core_mpi._variables import MPIRanks, detect_flavour, hnp_address, read_ranks, rendezvous_port
 
 LOOPBACK: Final = "127.0.0.1"
@@ -60,7 +61,7 @@ class MPIEnvironment:
     priority: Final = 200
 
     def __init__(self) -> None:
-        self._saved_variables: dict[str, str | None] = {}
+        self._exported = ExportedVariables()
 
     @hookimpl
     def environment_detect(self) -> object | None:
@@ -74,8 +75,8 @@ class MPIEnvironment:
     def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> ClusterInfo:
         ranks = read_ranks()
         address, port = main_address(ranks), main_port(ranks)
-        self._export("MASTER_ADDR", address)
-        self._export("MASTER_PORT", str(port))
+        self._exported.set("MASTER_ADDR", address)
+        self._exported.set("MASTER_PORT", str(port))
         return ClusterInfo(
             world_size=ranks.world_size,
             global_rank=ranks.global_rank,
@@ -103,14 +104,5 @@ class MPIEnvironment:
 
     @hookimpl
     def environment_teardown(self) -> None:
-        for name, previous in self._saved_variables.items():
-            if previous is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = previous
-        self._saved_variables.clear()
+        self._exported.restore()
 
-    def _export(self, name: str, value: str) -> None:
-        if name not in self._saved_variables:
-            self._saved_variables[name] = os.environ.get(name)
-        os.environ[name] = value

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from core import ClusterInfo, ConfigurationError, CoreWarning, hookimpl
+from core.builtin.environments import ExportedVariables
 from core_slurm._hostlist import first_host
 from core_slurm._requeue import RequeueCallback, RequeueHandler
 
@@ -152,7 +153,7 @@ class SLURMEnvironment:
         self.requeue_handler: RequeueHandler | None = None
         self._callback: RequeueCallback | None = None
         self._deferred = False
-        self._saved_variables: dict[str, str | None] = {}
+        self._exported = ExportedVariables()
 
     # -- requeue API, for the Trainer and for users with their own loop -----------------------------------
 
@@ -210,8 +211,8 @@ class SLURMEnvironment:
     @hookimpl
     def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> ClusterInfo:
         address, port = main_address(), main_port()
-        self._export("MASTER_ADDR", address)
-        self._export("MASTER_PORT", str(port))
+        self._exported.set("MASTER_ADDR", address)
+        self._exported.set("MASTER_PORT", str(port))
         return ClusterInfo(
             world_size=_require_int("SLURM_NTASKS"),
             global_rank=_require_int("SLURM_PROCID"),
@@ -255,15 +256,5 @@ class SLURMEnvironment:
     def environment_teardown(self) -> None:
         if self.requeue_handler is not None:
             self.requeue_handler.uninstall()
-        for name, previous in self._saved_variables.items():
-            if previous is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = previous
-        self._saved_variables.clear()
+        self._exported.restore()
 
-    def _export(self, name: str, value: str) -> None:
-        """Set a variable for libraries that read it (``init_method="env://"``); teardown restores it."""
-        if name not in self._saved_variables:
-            self._saved_variables[name] = os.environ.get(name)
-        os.environ[name] = value
