@@ -156,7 +156,7 @@ class SlurmCluster:
         wait_until(lambda: (munge_dir / "munge.socket").exists(), 15, "munged's socket")
         self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
         self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf), "-N", "localhost"])
-        wait_until(self._node_idle, STARTUP_TIMEOUT, "the node to be idle in sinfo")
+        wait_until(self.node_idle, STARTUP_TIMEOUT, "the node to be idle in sinfo")
 
     def _spawn(self, name: str, command: list[str]) -> None:
         executable = _which(command[0])
@@ -171,7 +171,7 @@ class SlurmCluster:
         if process.poll() is not None:
             raise RuntimeError(f"{name} exited at once with code {process.returncode}:\n{self.logs()}")
 
-    def _node_idle(self) -> bool:
+    def node_idle(self) -> bool:
         for name, process in self._daemons:
             if process.poll() is not None:
                 raise RuntimeError(f"{name} died with exit code {process.returncode}:\n{self.logs()}")

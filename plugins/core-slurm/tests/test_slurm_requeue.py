@@ -35,6 +35,9 @@ def run_requeue_cycle(cluster: SlurmCluster, directory: Path, mode: str) -> dict
         wait_until(lambda: int(cluster.job(job_id).get("Restarts", "0")) >= 1, 60, f"job {job_id} to requeue")
         requeued = time.monotonic() - signalled
         wait_until(lambda: cluster.job(job_id).get("JobState") == "PENDING", 30, f"job {job_id} to pend")
+        # The first run's step may still be winding down (srun waits up to 4 s); a start before the node is
+        # idle again makes the restarted batch script fail at once.
+        wait_until(cluster.node_idle, 30, "the node to be idle after the requeue")
         cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=10)
         wait_until(lambda: cluster.job(job_id).get("JobState") in ("COMPLETED", "FAILED"), 90,
                    f"the requeued job {job_id} to run again and end")
