@@ -18,6 +18,7 @@ from bench._harness import Result, write_report
 BENCHMARKS = {
     "overhead": ("bench.overhead", 400, 5),
     "startup": ("bench.startup", 5, 1),
+    "first_step": ("bench.first_step", 5, 1),
     "hooks": ("bench.hooks", 20000, 100),
     "checkpoints": ("bench.checkpoints", 200, 8),
     "memory": ("bench.memory", 24, 1),
