@@ -41,3 +41,17 @@ def mpirun(
         [executable, "--oversubscribe", "-n", str(processes), *command],
         env=environment, capture_output=True, text=True, timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL,
     )
+
+
+def json_reports(output: str) -> list[dict[str, object]]:
+    """Every JSON object in a job's merged output: ranks print at once, so two objects can share a line."""
+    import json
+
+    decoder = json.JSONDecoder()
+    reports = []
+    index = output.find('{"')
+    while index != -1:
+        report, end = decoder.raw_decode(output, index)
+        reports.append(report)
+        index = output.find('{"', end)
+    return reports

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
-from mpirunner import PROBE, mpirun
+from mpirunner import PROBE, json_reports, mpirun
 
 TRAIN = PROBE.with_name("ddp_train_probe.py")
 
@@ -18,7 +17,7 @@ def test_mpirun_two_ranks_train_with_ddp_and_agree() -> None:
     result = mpirun(2, [sys.executable, str(TRAIN), "2", "1"], timeout=200)
     assert result.returncode == 0, result.stdout + result.stderr
     reports = sorted(
-        (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+        json_reports(result.stdout),
         key=lambda report: report["global_rank"],
     )
     assert [(r["environment"], r["global_rank"], r["local_rank"], r["world_size"]) for r in reports] == [

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import pytest
-from mpirunner import PROBE, mpirun
+from mpirunner import PROBE, json_reports, mpirun
 
 
 def reports(output: str) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    lines = json_reports(output)
     return sorted(lines, key=lambda report: report.get("global_rank", -1))
 
 

@@ -273,3 +273,17 @@ def private_cluster() -> Iterator[SlurmCluster]:
             print(f"SLURM test cluster kept in {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def json_reports(output: str) -> list[dict[str, object]]:
+    """Every JSON object in a job's merged output: ranks print at once, so two objects can share a line."""
+    import json
+
+    decoder = json.JSONDecoder()
+    reports = []
+    index = output.find('{"')
+    while index != -1:
+        report, end = decoder.raw_decode(output, index)
+        reports.append(report)
+        index = output.find('{"', end)
+    return reports

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_cluster import SlurmCluster
+from slurm_cluster import SlurmCluster, json_reports
 
 PROBE = Path(__file__).with_name("environment_probe.py")
 # The environment's own hooks without resolving a run: no torch import, so a launch costs well under a second.
@@ -41,7 +40,7 @@ except CoreError as error:
 
 def probe_lines(output: str) -> list[dict[str, Any]]:
     return sorted(
-        (json.loads(line) for line in output.splitlines() if line.startswith("{")),
+        json_reports(output),
         key=lambda report: report.get("global_rank", -1),
     )
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster
+from slurm_cluster import SlurmCluster, json_reports
 
 TRAIN = Path(__file__).with_name("ddp_train_probe.py")
 
@@ -20,7 +19,7 @@ def test_srun_two_tasks_train_with_ddp_and_agree(slurm_cluster: SlurmCluster) ->
         ["--nodes=1", "--ntasks-per-node=2", "--job-name=ddp", sys.executable, str(TRAIN), "2", "1"], timeout=200
     )
     reports = sorted(
-        (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+        json_reports(result.stdout),
         key=lambda report: report["global_rank"],
     )
     assert [(r["environment"], r["global_rank"], r["local_rank"], r["world_size"]) for r in reports] == [
