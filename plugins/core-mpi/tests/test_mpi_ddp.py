@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from mpirunner import PROBE, json_reports, mpirun
+from mpirunner import PROBE, mpirun
 
 TRAIN = PROBE.with_name("ddp_train_probe.py")
 
@@ -16,10 +16,7 @@ TRAIN = PROBE.with_name("ddp_train_probe.py")
 def test_mpirun_two_ranks_train_with_ddp_and_agree() -> None:
     result = mpirun(2, [sys.executable, str(TRAIN), "2", "1"], timeout=200)
     assert result.returncode == 0, result.stdout + result.stderr
-    reports = sorted(
-        json_reports(result.stdout),
-        key=lambda report: report["global_rank"],
-    )
+    reports = sorted(result.reports(), key=lambda report: report["global_rank"])
     assert [(r["environment"], r["global_rank"], r["local_rank"], r["world_size"]) for r in reports] == [
         ("mpi", 0, 0, 2), ("mpi", 1, 1, 2),
     ]

@@ -6,19 +6,18 @@ import sys
 from typing import Any
 
 import pytest
-from mpirunner import PROBE, json_reports, mpirun
+from mpirunner import PROBE, MpiRun, mpirun
 
 
-def reports(output: str) -> list[dict[str, Any]]:
-    lines = json_reports(output)
-    return sorted(lines, key=lambda report: report.get("global_rank", -1))
+def reports(result: MpiRun) -> list[dict[str, Any]]:
+    return sorted(result.reports(), key=lambda report: report.get("global_rank", -1))
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_mpirun_ranks_are_detected_without_mpi4py() -> None:
     result = mpirun(2, [sys.executable, str(PROBE), "2", "1"])
-    found = reports(result.stdout)
+    found = reports(result)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [r["environment"] for r in found] == ["mpi", "mpi"]
     assert [(r["global_rank"], r["local_rank"], r["node_rank"], r["world_size"]) for r in found] == [
@@ -39,10 +38,10 @@ def test_each_mpirun_gets_its_own_port_unless_master_port_is_set() -> None:
     def ports(**env: str) -> set[str]:
         result = mpirun(2, [sys.executable, "-c", snippet], env=env)
         assert result.returncode == 0, result.stderr
-        return set(result.stdout.split())
+        return {line for output in result.ranks for line in output.split()}
 
     first, second = ports(), ports()
-    assert len(first) == 1 and len(second) == 1 and first != second
+    assert len(first) == 1 and len(second) == 1 and first != second, (first, second)
     assert ports(MASTER_PORT="29999") == {"29999"}
 
 
@@ -56,7 +55,8 @@ def test_mpirun_with_the_wrong_device_count_names_both_numbers() -> None:
         "except CoreError as error: print(error)"
     )
     result = mpirun(2, [sys.executable, "-c", snippet])
-    assert result.stdout.splitlines() == [
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [output.splitlines() for output in result.ranks] == [[
         "devices=1 per node was requested, but Open MPI started 2 processes on this node. "
         "Make them agree: devices=2, or mpirun --npernode 1."
-    ] * 2
+    ]] * 2
