@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,9 +135,11 @@ def format_report(prefix: str, root: Failure, others: Sequence[Failure], stopped
 class Supervisor:
     """Watches workers; :meth:`stop` kills those still running. Thread-safe."""
 
-    def __init__(self, workers: Sequence[Worker], prefix: str = "core.run") -> None:
+    def __init__(self, workers: Sequence[Worker], prefix: str = "core.run", scratch: str | None = None) -> None:
         self.workers = list(workers)
         self.prefix = prefix
+        #: The workers' error-file directory, removed by :func:`abort` (which skips ``atexit`` handlers).
+        self.scratch = scratch
         self._lock = threading.Lock()
         self._claimed = False
 
@@ -212,6 +215,8 @@ def abort(supervisor: Supervisor, found: Sequence[Failure]) -> None:
     stopped = supervisor.stop()
     # The real stderr: an exception hook (torch.distributed's) may have redirected sys.stderr to a buffer.
     print(supervisor.report(found, stopped), file=sys.__stderr__ or sys.stderr, flush=True)
+    if supervisor.scratch is not None:
+        shutil.rmtree(supervisor.scratch, ignore_errors=True)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     os._exit(1)

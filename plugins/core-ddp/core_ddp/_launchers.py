@@ -258,7 +258,7 @@ def start_script_children(layout: Layout) -> Supervisor:
     _launch_variables.update(layout.variables(0))
     os.environ.update(_launch_variables)
     global _children
-    children = _children = Supervisor(workers, prefix=PREFIX)
+    children = _children = Supervisor(workers, prefix=PREFIX, scratch=str(error_directory))
     monitor = children.watch(lambda found: abort(children, found))
     atexit.register(shutil.rmtree, error_directory, ignore_errors=True)
     atexit.register(_wait_at_exit, children, monitor)

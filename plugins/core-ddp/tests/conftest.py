@@ -52,6 +52,8 @@ class Finished:
     stderr: str
     gone_at: float
     leftovers: list[int]
+    #: What the job's processes left in their private TMPDIR (launchers' scratch directories).
+    temporary: list[str]
 
     @property
     def output(self) -> str:
@@ -62,6 +64,7 @@ class Finished:
 class Running:
     process: subprocess.Popen[str]
     token: str
+    tmpdir: Path
 
     def processes(self) -> list[int]:
         return processes_with(self.token)
@@ -81,7 +84,8 @@ class Running:
         time.sleep(0.2)
         leftovers = self.processes()
         self.kill_all()
-        return Finished(self.process.returncode, stdout, stderr, gone_at, leftovers)
+        temporary = sorted(path.name for path in self.tmpdir.iterdir())
+        return Finished(self.process.returncode, stdout, stderr, gone_at, leftovers, temporary)
 
     def kill_all(self) -> None:
         for pid in self.processes():
@@ -95,7 +99,9 @@ class Jobs:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def environment(self, token: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    def environment(
+        self, token: str, extra: dict[str, str] | None = None, tmpdir: Path | None = None,
+    ) -> dict[str, str]:
         env = {
             key: value for key, value in os.environ.items()
             if key not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
@@ -103,17 +109,21 @@ class Jobs:
             and not key.startswith(("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_"))
         }
         env.update({"OMP_NUM_THREADS": "1", TOKEN_VARIABLE: token, "PYTHONUNBUFFERED": "1"})
+        if tmpdir is not None:
+            env["TMPDIR"] = str(tmpdir)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS), env.get("PYTHONPATH", "")]))
         env.update(extra or {})
         return env
 
     def start(self, arguments: Sequence[str], extra_env: dict[str, str] | None = None) -> Running:
         token = uuid.uuid4().hex
+        tmpdir = self.directory / f"tmp-{token[:8]}"
+        tmpdir.mkdir()
         process = subprocess.Popen(
-            list(arguments), env=self.environment(token, extra_env), cwd=self.directory,
+            list(arguments), env=self.environment(token, extra_env, tmpdir), cwd=self.directory,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        return Running(process, token)
+        return Running(process, token, tmpdir)
 
     def run(self, arguments: Sequence[str], timeout: float = 60, extra_env: dict[str, str] | None = None) -> Finished:
         return self.start(arguments, extra_env).finish(timeout)

@@ -20,8 +20,10 @@ def failed_at(directory: Path) -> float:
     return float((directory / "failed_at").read_text())
 
 
-def check_teardown(finished, directory: Path) -> float:  # type: ignore[no-untyped-def]
+def check_teardown(finished, directory: Path, launcher_killed: bool = False) -> float:  # type: ignore[no-untyped-def]
     assert finished.leftovers == [], f"processes left behind: {finished.leftovers}\n{finished.output}"
+    if not launcher_killed:  # a SIGKILLed launcher cannot remove its scratch directory; anyone else must
+        assert [name for name in finished.temporary if name.startswith("core-")] == [], finished.temporary
     elapsed = finished.gone_at - failed_at(directory)
     assert elapsed < TEARDOWN_BUDGET, f"the job took {elapsed:.2f} s to go away\n{finished.output}"
     print(f"teardown took {elapsed:.3f} s")
@@ -68,7 +70,7 @@ def test_the_launching_rank_that_raises_stops_its_children(jobs, tmp_path: Path)
 @pytest.mark.timeout(60)
 def test_the_launching_rank_killed_by_sigkill_takes_its_children_along(jobs, tmp_path: Path) -> None:
     finished = jobs.run(job(jobs, "ddp", "kill", 0))
-    check_teardown(finished, tmp_path)
+    check_teardown(finished, tmp_path, launcher_killed=True)
     assert finished.returncode == -signal.SIGKILL
 
 
@@ -126,7 +128,7 @@ def test_workers_of_a_killed_core_run_launcher_do_not_survive_it(jobs, tmp_path:
     (tmp_path / "failed_at").write_text(repr(time.time()))
     os.kill(running.process.pid, signal.SIGKILL)
     finished = running.finish(timeout=30)
-    check_teardown(finished, tmp_path)
+    check_teardown(finished, tmp_path, launcher_killed=True)
 
 
 @pytest.mark.timeout(60)
@@ -137,6 +139,7 @@ def test_ddp_spawn_raises_in_the_caller_naming_the_failed_rank(jobs, tmp_path: P
     assert raised_after < TEARDOWN_BUDGET, finished.output
     print(f"the caller got the error {raised_after:.3f} s after the failure")
     assert finished.leftovers == []
+    assert [name for name in finished.temporary if name.startswith("core-")] == [], finished.temporary
     assert finished.returncode == 1
     assert "core_ddp._errors.ProcessFailedError: core-ddp: global rank 1 (local rank 1" in finished.stderr
     assert "RuntimeError: planned failure on rank 1 at step 10" in finished.stderr
