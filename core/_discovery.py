@@ -12,9 +12,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import attrs
-import importlib_metadata
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 
 from core._errors import (
     BrokenPluginError,
@@ -24,6 +21,7 @@ from core._errors import (
     PluginDisabledError,
     UnknownPluginError,
 )
+from core._metadata import EntryPointRecord, canonical_name, entry_points, requirement_on, satisfies
 from core._records import ENTRY_POINT_GROUPS, KINDS
 
 CORE_DISTRIBUTION: Final = "core"
@@ -121,36 +119,22 @@ def core_version() -> str:
     return __version__
 
 
-def _core_requirement(dist: Any) -> str | None:
-    for line in dist.requires or ():
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(requirement.name) != CORE_DISTRIBUTION:
-            continue
-        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
-            continue
-        return str(requirement.specifier) or None
-    return None
-
-
 def _is_disabled(kind: str, alias: str, distribution: str, blocked: frozenset[str]) -> bool:
-    dist_name = canonicalize_name(distribution)
+    dist_name = canonical_name(distribution)
     for name in blocked:
         scope, _, blocked_alias = name.rpartition(":")
         if not scope:
-            if name == alias or canonicalize_name(name) == dist_name:
+            if name == alias or canonical_name(name) == dist_name:
                 return True
-        elif blocked_alias == alias and (scope == kind or canonicalize_name(scope) == dist_name):
+        elif blocked_alias == alias and (scope == kind or canonical_name(scope) == dist_name):
             return True
     return False
 
 
-def _raw_entries() -> Iterator[tuple[str, importlib_metadata.EntryPoint]]:
-    for kind in KINDS:
-        for entry_point in importlib_metadata.entry_points(group=ENTRY_POINT_GROUPS[kind]):
-            yield kind, entry_point
+def _raw_entries() -> Iterator[tuple[str, EntryPointRecord]]:
+    kind_of_group = {ENTRY_POINT_GROUPS[kind]: kind for kind in KINDS}
+    for record in entry_points(kind_of_group):
+        yield kind_of_group[record.group], record
 
 
 @attrs.frozen
@@ -172,7 +156,7 @@ class Catalog:
         if pinned_dist:
             candidates = [
                 info for info in candidates
-                if canonicalize_name(info.distribution) == canonicalize_name(pinned_dist)
+                if canonical_name(info.distribution) == canonical_name(pinned_dist)
             ]
         if not candidates:
             raise UnknownPluginError(
@@ -210,26 +194,24 @@ def discover() -> Catalog:
     entries: list[PluginInfo] = []
     seen: set[tuple[str, str, str]] = set()
     for kind, entry_point in _raw_entries():
-        dist = entry_point.dist
-        distribution = dist.name if dist is not None else "<unknown>"
-        version = dist.version if dist is not None else "?"
-        key = (kind, entry_point.name, canonicalize_name(distribution))
+        distribution, version = entry_point.distribution, entry_point.version
+        key = (kind, entry_point.name, canonical_name(distribution))
         if key in seen:
             continue
         seen.add(key)
         if distribution not in requirement_cache:
-            requirement_cache[distribution] = _core_requirement(dist) if dist is not None else None
+            requirement_cache[distribution] = requirement_on(CORE_DISTRIBUTION, entry_point.requires)
         requires_core = requirement_cache[distribution]
         status, reason = STATUS_OK, ""
         if _is_disabled(kind, entry_point.name, distribution, blocked):
             status, reason = STATUS_DISABLED, "blocked by CORE_DISABLE_PLUGINS"
-        elif requires_core and not _satisfies(installed_core, requires_core):
+        elif requires_core and not satisfies(installed_core, requires_core):
             status = STATUS_INCOMPATIBLE
             reason = (
                 f"{distribution} {version} requires core{requires_core}, but core {installed_core} is "
                 f"installed; install a matching pair, e.g. pip install --upgrade {distribution}"
             )
-        elif not autoload and canonicalize_name(distribution) != CORE_DISTRIBUTION:
+        elif not autoload and canonical_name(distribution) != CORE_DISTRIBUTION:
             status, reason = STATUS_EXPLICIT_ONLY, "CORE_PLUGINS_AUTOLOAD=0: used only when named in code"
         entries.append(
             PluginInfo(kind, entry_point.name, distribution, version, entry_point.value, requires_core, status, reason)
@@ -239,12 +221,6 @@ def discover() -> Catalog:
     if strict_plugins():
         _raise_first_problem(catalog.entries)
     return catalog
-
-
-def _satisfies(version: str, specifier: str) -> bool:
-    from packaging.specifiers import SpecifierSet
-
-    return SpecifierSet(specifier).contains(version, prereleases=True)
 
 
 def _mark_conflicts(entries: list[PluginInfo]) -> list[PluginInfo]:

@@ -1,0 +1,128 @@
+"""The fast metadata reader agrees with importlib_metadata and packaging, which it replaces on the hot path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import importlib_metadata
+import pytest
+from conftest import Installer
+from hypothesis import given
+from hypothesis import strategies as st
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+from core._metadata import canonical_name, entry_points, requirement_on, satisfies
+from core._records import ENTRY_POINT_GROUPS
+
+GROUPS = frozenset(ENTRY_POINT_GROUPS.values())
+
+
+def _reference() -> set[tuple[str, str, str, str, str]]:
+    """What importlib_metadata finds for the plugin groups, the way discovery used to read it."""
+    found = set()
+    for group in GROUPS:
+        for point in importlib_metadata.entry_points(group=group):
+            assert point.dist is not None
+            found.add((group, point.name, point.value, point.dist.name, point.dist.version))
+    return found
+
+
+def _ours() -> set[tuple[str, str, str, str, str]]:
+    return {(r.group, r.name, r.value, r.distribution, r.version) for r in entry_points(GROUPS)}
+
+
+def test_the_installed_entry_points_are_the_ones_importlib_metadata_finds() -> None:
+    ours = _ours()
+    assert ours == _reference()
+    assert ("core.strategies", "single_device", "core.builtin.strategies:SingleDeviceStrategy") in {
+        entry[:3] for entry in ours
+    }
+
+
+def test_throwaway_distributions_with_odd_metadata_are_read_like_importlib_metadata(installed: Installer) -> None:
+    installed("Core_Odd.Name", {"strategy": {"odd": "odd_plugin:factory"}}, requires=(
+        "numpy>=1", "core (>=0.1, <0.2)", "core>=9; extra == 'future'",
+    ))
+    installed("core-marker", {"precision": {"marked": "marked:factory"}}, requires=(
+        "core>=5; python_version < '3'", "core~=0.1.0",
+    ))
+    assert _ours() == _reference()
+    requires = {r.distribution: r.requires for r in entry_points(GROUPS)}
+    assert requirement_on("core", requires["Core_Odd.Name"]) == "<0.2,>=0.1"
+    assert requirement_on("core", requires["core-marker"]) == "~=0.1.0"  # the marker excludes the first line
+
+
+def test_the_first_distribution_of_a_name_on_the_path_wins(installed: Installer, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    installed("core-twice", {"strategy": {"twice": "first:factory"}}, version="2.0.0")
+    later = Installer(tmp_path / "later")
+    later.site.mkdir()
+    monkeypatch.syspath_prepend(str(later.site))  # now first on sys.path
+    later("core-twice", {"strategy": {"twice": "second:factory"}}, version="1.0.0")
+    (record,) = [r for r in entry_points(GROUPS) if r.name == "twice"]
+    assert (record.value, record.version) == ("second:factory", "1.0.0")
+    assert _ours() == _reference()
+
+
+def test_an_egg_info_directory_is_read_with_its_unconditional_requirements(tmp_path: Path) -> None:
+    info = tmp_path / "core_legacy.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 1.2\nName: core-legacy\nVersion: 0.3\n\nlong text: here\n")
+    (info / "entry_points.txt").write_text("[core.strategies]\nlegacy = core_legacy:factory\n\n[other]\nx = y\n")
+    (info / "requires.txt").write_text("torch\ncore<0.2,>=0.1\n\n[docs]\ncore>=7\n")
+    (record,) = entry_points(GROUPS, paths=[str(tmp_path)])
+    assert (record.group, record.name, record.distribution, record.version) == (
+        "core.strategies", "legacy", "core-legacy", "0.3",
+    )
+    assert requirement_on("core", record.requires) == "<0.2,>=0.1"
+    (info / "requires.txt").write_text("core>=0.1\n\n[:python_version < '3']\ncore>=9\n")
+    (record,) = entry_points(GROUPS, paths=[str(tmp_path)])
+    assert requirement_on("core", record.requires) == ">=0.1"
+
+
+def test_names_are_compared_as_pep_503_says() -> None:
+    assert canonical_name("Core_DDP") == canonical_name("core-ddp") == canonical_name("core.ddp") == "core-ddp"
+    assert requirement_on("core", ["core-ddp>=1", "Core>=0.1"]) == ">=0.1"
+    assert requirement_on("core", ["core-ddp>=1"]) is None
+    assert requirement_on("core", ["core"]) is None
+
+
+def test_reading_plugins_imports_neither_packaging_nor_importlib_metadata() -> None:
+    code = (
+        "import sys, core._discovery as d; d.discover(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('packaging', 'importlib_metadata', 'email')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == "[]"
+
+
+releases = st.lists(st.integers(0, 12), min_size=1, max_size=4).map(lambda parts: ".".join(map(str, parts)))
+comparisons = st.tuples(st.sampled_from(["==", "!=", ">=", "<=", ">", "<"]), releases).map("".join)
+
+
+@given(version=releases, specifier=st.lists(comparisons, min_size=1, max_size=3).map(",".join))
+def test_plain_release_comparisons_agree_with_packaging(version: str, specifier: str) -> None:
+    assert satisfies(version, specifier) == SpecifierSet(specifier).contains(version, prereleases=True)
+
+
+@given(
+    specifier=st.lists(comparisons, min_size=0, max_size=3).map(",".join),
+    spaced=st.booleans(),
+    parenthesised=st.booleans(),
+)
+def test_requirement_specifiers_are_written_as_packaging_writes_them(
+    specifier: str, spaced: bool, parenthesised: bool,
+) -> None:
+    written = specifier.replace(",", " , ") if spaced else specifier
+    line = f"core ({written})" if parenthesised and specifier else f"core{written}"
+    assert requirement_on("core", [line]) == (str(Requirement(line).specifier) or None)
+
+
+@pytest.mark.parametrize(("version", "specifier"), [
+    ("0.1.0rc1", ">=0.1"), ("0.1.0", "~=0.1.0"), ("0.1.0+local", "==0.1.0"), ("1.0.post1", ">1.0"), ("0.1", "==0.1.*"),
+])
+def test_anything_beyond_plain_releases_is_decided_by_packaging(version: str, specifier: str) -> None:
+    assert satisfies(version, specifier) == SpecifierSet(specifier).contains(version, prereleases=True)
