@@ -21,6 +21,7 @@ BENCHMARKS = {
     "first_step": ("bench.first_step", 5, 1),
     "hooks": ("bench.hooks", 20000, 100),
     "checkpoints": ("bench.checkpoints", 200, 8),
+    "distributed_save": ("bench.distributed_save", 200, 8),
     "memory": ("bench.memory", 24, 1),
 }
 

@@ -1,5 +1,5 @@
 """Checkpoints: the atomic ``torch`` checkpoint_io against a bare ``torch.save``, and the loop's step time
-while an ``async`` save is in flight against no save."""
+while an ``async`` save is in flight against no save. The 2-rank ``distributed`` save is bench/distributed_save.py."""
 
 from __future__ import annotations
 

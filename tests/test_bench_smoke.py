@@ -28,3 +28,7 @@ def test_bench_tiny_run_writes_both_reports(tmp_path: Path) -> None:
     table = (tmp_path / "results.md").read_text()
     assert "| what | ours | baseline | ratio | target | met | note |" in table
     assert all(name in table for name in names)
+    rows = {row["name"].split(":")[0].split(",")[0]: row for row in payload["results"]}
+    # Each of the 2 ranks wrote its own shard file; fsdp holds half of ddp's parameters, gradients, Adam state.
+    assert "__1_0.distcp" in rows["`distributed` save on 2 ranks"]["note"], rows
+    assert 0.49 < rows["parameters + gradients + Adam state held per rank"]["ratio"] < 0.51, rows
