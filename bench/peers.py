@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from datetime import date
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from bench._harness import Result, alternate, machine_description
+from bench._harness import Result, machine_description
 
 PY = sys.executable
 HERE = Path(__file__).resolve().parent
@@ -25,9 +26,11 @@ CRASHES: dict[str, int] = {}
 PEERS = {"fabric": "Lightning Fabric", "lightning": "Lightning Trainer", "accelerate": "HF Accelerate"}
 
 
-def _seconds_per_step(mode: str, steps: int, ddp: bool) -> float:
-    args = ["-m", "bench.peers_worker", mode, str(steps), *(["--ddp"] if ddp else [])]
-    command = [*TORCHRUN, *args] if ddp else [PY, *args]
+# Ours, measured in the same alternation with the project's own environment (the same torch build).
+OURS = {"lite": ("Lite", "fabric"), "trainer": ("Trainer", "lightning")}
+
+
+def _run(command: list[str], mode: str) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
     completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     line = next((line for line in completed.stdout.splitlines() if line.startswith('{"mode"')), None)
@@ -40,36 +43,82 @@ def _seconds_per_step(mode: str, steps: int, ddp: bool) -> float:
     return float(json.loads(line)["seconds_per_step"])
 
 
-def _compare(mode: str, label: str, steps: int, repetitions: int, ddp: bool) -> Result:
-    raw_s, peer_s, raw_all, peer_all = alternate(
-        lambda: _seconds_per_step("raw", steps, ddp), lambda: _seconds_per_step(mode, steps, ddp), repetitions
-    )
+def _peer_command(mode: str, steps: int, ddp: bool) -> list[str]:
+    args = ["-m", "bench.peers_worker", mode, str(steps), *(["--ddp"] if ddp else [])]
+    return [*TORCHRUN, *args] if ddp else [PY, *args]
+
+
+def _our_command(python: str, mode: str, steps: int, ddp: bool) -> list[str]:
+    # Lite and the Trainer start their own second process, as a user's script does.
+    return [python, "-m", "bench.overhead_worker", mode, str(steps), *(["--ddp"] if ddp else [])]
+
+
+def _microseconds(samples: list[float]) -> list[int]:
+    return [round(sample * 1e6) for sample in samples]
+
+
+def measure(steps: int, repetitions: int, ddp: bool, ours_python: str | None) -> dict[str, list[float]]:
+    """One alternation per repetition: raw, every peer, then ours; the samples of each, in seconds per step."""
+    commands = {"raw": _peer_command("raw", steps, ddp)}
+    commands.update({mode: _peer_command(mode, steps, ddp) for mode in PEERS})
+    if ours_python is not None:
+        commands.update({mode: _our_command(ours_python, mode, steps, ddp) for mode in OURS})
+    samples: dict[str, list[float]] = {mode: [] for mode in commands}
+    for _ in range(repetitions):
+        for mode, command in commands.items():
+            samples[mode].append(_run(command, mode))
+    return samples
+
+
+def rows(samples: dict[str, list[float]], ddp: bool) -> list[Result]:
     layout = "2-process DDP over gloo" if ddp else "single process"
-    samples = f"samples raw {[round(s * 1e6) for s in raw_all]} us, peer {[round(s * 1e6) for s in peer_all]} us"
-    crashed = CRASHES.pop(mode, 0) + CRASHES.pop("raw", 0)
-    if crashed:
-        samples += f"; {crashed} of the runs aborted at exit after printing the timing (gloo group left alive)"
-    return Result(
-        f"peer: step time, {label} vs raw loop ({layout})", peer_s, raw_s, "s", "ours below every peer", note=samples
-    )
+    raw = statistics.median(samples["raw"])
+    results = []
+    for mode, label in PEERS.items():
+        note = f"samples raw {_microseconds(samples['raw'])} us, peer {_microseconds(samples[mode])} us"
+        crashed = CRASHES.pop(mode, 0)
+        if crashed:
+            note += f"; {crashed} of the runs aborted at exit after printing the timing (gloo group left alive)"
+        results.append(Result(
+            f"peer: step time, {label} vs raw loop ({layout})", statistics.median(samples[mode]), raw, "s",
+            "ours below every peer", note=note,
+        ))
+    for mode, (label, peer) in OURS.items():
+        if mode not in samples:
+            continue
+        ours, theirs = statistics.median(samples[mode]), statistics.median(samples[peer])
+        results.append(Result(
+            f"head to head: {label} vs {PEERS[peer]} ({layout}, same alternation)", ours, theirs, "s", "< 1x",
+            met=ours < theirs,
+            note=f"against the same raw loop: ours {ours / raw:.3f}x, {PEERS[peer]} {theirs / raw:.3f}x; "
+            f"samples ours {_microseconds(samples[mode])} us",
+        ))
+    return results
 
 
-def run(steps: int, repetitions: int) -> list[Result]:
+def run(steps: int, repetitions: int, ours_python: str | None) -> list[Result]:
     results = []
     for ddp in (False, True):
-        for mode, label in PEERS.items():
-            results.append(_compare(mode, label, steps, repetitions, ddp))
-            print(f"  {results[-1].name}: ratio {results[-1].ratio:.3f}x", flush=True)
+        for result in rows(measure(steps, repetitions + (2 if ddp else 0), ddp, ours_python), ddp):
+            results.append(result)
+            print(f"  {result.name}: ratio {result.ratio:.3f}x", flush=True)
     return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.peers")
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--repetitions", type=int, default=7, help="single process; DDP runs two more")
+    parser.add_argument(
+        "--ours-python", default=str(HERE.parent / ".venv" / "bin" / "python"),
+        help="the project's environment, which runs Lite and the Trainer in the same alternation",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results-peers.json")
     args = parser.parse_args()
-    results = run(args.steps, args.repetitions)
+    ours = args.ours_python if Path(args.ours_python).exists() else None
+    if ours is None:
+        print(f"no {args.ours_python}: only the peers are measured (run make setup for the head-to-head rows)")
+    results = run(args.steps, args.repetitions, ours)
     import accelerate  # type: ignore[import-not-found]
     import lightning  # type: ignore[import-not-found]
     import torch
