@@ -32,7 +32,7 @@ def _check_sharded(files: dict[str, int]) -> None:
 
 
 def run(megabytes: int) -> list[Result]:
-    repetitions = 5 if megabytes >= 100 else 1
+    repetitions = 7 if megabytes >= 100 else 1
     with tempfile.TemporaryDirectory() as tmp:
         arguments = [str(megabytes), str(repetitions), tmp]
         run_job("bench.distributed_save_worker", arguments, timeout=120 + 30 * repetitions)
@@ -47,9 +47,9 @@ def run(megabytes: int) -> list[Result]:
             f"`distributed` save on 2 ranks: fsdp, each rank writes its shards ({size:.0f} MB) vs gathering the full "
             f"state and rank 0 writing one file with `torch`", sharded, full, "s",
             "below 1x (the sharded save is the fast path)", met=sharded / full < 1.0,
-            note=f"wall time until both ranks finished; sharded wrote {_describe(files['sharded'])}; full wrote "
-                 f"{_describe(files['full'])}; samples sharded {_samples(samples['sharded'])}, full "
-                 f"{_samples(samples['full'])}",
+            note=f"wall time until both ranks finished, each sample a new checkpoint; sharded wrote "
+                 f"{_describe(files['sharded'])}; full wrote {_describe(files['full'])}; samples sharded "
+                 f"{_samples(samples['sharded'])}, full {_samples(samples['full'])}",
         ),
         Result(
             f"`distributed` checkpoint_io save on 2 ranks (fsdp, {size:.0f} MB) vs plain `dcp.save` of the same "

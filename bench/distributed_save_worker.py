@@ -2,7 +2,8 @@
 
     python -m bench.distributed_save_worker MEGABYTES REPETITIONS OUT
 
-Each repetition runs, in this order, on both ranks (OMP_NUM_THREADS=1, gloo on the CPU):
+Each repetition runs three ways of saving on both ranks (OMP_NUM_THREADS=1, gloo on the CPU), the order rotating
+from one repetition to the next:
 
 - ``full``: every rank gathers the whole state (``DTensor.full_tensor``), rank 0 writes it as one file through
   the ``torch`` checkpoint_io; what ``FSDPStrategy(state_dict_type="full")`` does on ``Lite.save``;
@@ -10,15 +11,19 @@ Each repetition runs, in this order, on both ranks (OMP_NUM_THREADS=1, gloo on t
   its own shards into one directory;
 - ``raw_dcp``: plain ``torch.distributed.checkpoint.save`` of the same shards, with the same writer options.
 
-Each sample is the wall time from a barrier before the save until every rank has finished (a barrier after,
-then the maximum over the ranks). Global rank 0 writes ``OUT/report.json``: the samples and the files each
-way wrote, with their sizes. The caller (bench/distributed_save.py) kills the job if it hangs.
+Before each sample rank 0 removes that way's previous checkpoint and flushes the disk (``os.sync``), untimed, so
+every sample writes a new checkpoint from a clean start. Each sample is the wall time from a barrier before the
+save until every rank has finished (a barrier after, then the maximum over the ranks). Global rank 0 writes
+``OUT/report.json``: the samples and the files each way wrote, with their sizes. The caller
+(bench/distributed_save.py) kills the job if it hangs.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import os
+import shutil
 import sys
 import time
 import warnings
@@ -57,6 +62,16 @@ def timed(lite: Lite, action: Callable[[], None]) -> float:
     return float(lite.all_reduce(elapsed, reduce_op="max"))
 
 
+def clear(lite: Lite, path: Path) -> None:
+    """Remove the previous save at ``path`` and flush the disk, untimed: every sample writes a new checkpoint."""
+    if lite.is_global_zero:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+        os.sync()
+
+
 def files(path: Path) -> dict[str, int]:
     """Every file written at ``path`` (a file, or a directory of them) with its size in bytes."""
     if path.is_file():
@@ -92,8 +107,11 @@ def measure(lite: Lite, megabytes: int, repetitions: int, out: Path) -> None:
 
     actions = {"full": full, "sharded": sharded, "raw_dcp": raw_dcp}
     samples: dict[str, list[float]] = {way: [] for way in WAYS}
-    for _ in range(repetitions):
-        for way in WAYS:
+    for repetition in range(repetitions):
+        # A B C, B C A, C A B, ...: no way always follows the same other one.
+        for index in range(len(WAYS)):
+            way = WAYS[(repetition + index) % len(WAYS)]
+            clear(lite, paths[way])
             samples[way].append(timed(lite, actions[way]))
     if lite.is_global_zero:
         parameters = sum(parameter.numel() for parameter in model.parameters())
