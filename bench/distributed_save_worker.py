@@ -11,8 +11,9 @@ from one repetition to the next:
   its own shards into one directory;
 - ``raw_dcp``: plain ``torch.distributed.checkpoint.save`` of the same shards, with the same writer options.
 
-Before each sample rank 0 removes that way's previous checkpoint and flushes the disk (``os.sync``), untimed, so
-every sample writes a new checkpoint from a clean start. Each sample is the wall time from a barrier before the
+Two untimed rounds come first (when REPETITIONS > 1). Before each sample rank 0 removes that way's previous
+checkpoint and flushes the disk (``os.sync``), untimed, so every sample writes a new checkpoint from a clean
+start. Each sample is the wall time from a barrier before the
 save until every rank has finished (a barrier after, then the maximum over the ranks). Global rank 0 writes
 ``OUT/report.json``: the samples and the files each way wrote, with their sizes. The caller
 (bench/distributed_save.py) kills the job if it hangs.
@@ -38,6 +39,9 @@ from core import Lite
 from core.builtin.checkpoint_io import TorchCheckpointIO
 
 WAYS = ("full", "sharded", "raw_dcp")
+# Untimed rounds first (full size only): the first seconds of writing in a fresh job run ~3x slower for every
+# way (memory for the page cache being touched for the first time), which is not what is compared here.
+WARMUP_ROUNDS = 2
 
 
 def make_model(lite: Lite, megabytes: int) -> torch.nn.Module:
@@ -107,12 +111,15 @@ def measure(lite: Lite, megabytes: int, repetitions: int, out: Path) -> None:
 
     actions = {"full": full, "sharded": sharded, "raw_dcp": raw_dcp}
     samples: dict[str, list[float]] = {way: [] for way in WAYS}
-    for repetition in range(repetitions):
+    warmup = WARMUP_ROUNDS if repetitions > 1 else 0
+    for repetition in range(warmup + repetitions):
         # A B C, B C A, C A B, ...: no way always follows the same other one.
         for index in range(len(WAYS)):
             way = WAYS[(repetition + index) % len(WAYS)]
             clear(lite, paths[way])
-            samples[way].append(timed(lite, actions[way]))
+            seconds = timed(lite, actions[way])
+            if repetition >= warmup:
+                samples[way].append(seconds)
     if lite.is_global_zero:
         parameters = sum(parameter.numel() for parameter in model.parameters())
         report = {
