@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -47,6 +48,26 @@ def _compare(candidate: str, steps: int, repetitions: int, ddp: bool, target: fl
     )
 
 
+def _interleaved(steps: int, blocks: int) -> Result:
+    """Lite against raw DDP in one 2-process job (see ``overhead_worker.interleaved``): block medians."""
+    command = [PY, "-m", "bench.overhead_worker", "interleaved", str(steps), "--blocks", str(blocks), "--ddp"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    line = next((line for line in completed.stdout.splitlines() if line.startswith('{"mode"')), None)
+    if completed.returncode != 0 or line is None:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{completed.stdout[-2000:]}\n{completed.stderr[-3000:]}")
+    samples = json.loads(line)
+    raw_s, ours_s = statistics.median(samples["raw"]), statistics.median(samples["lite"])
+    return Result(
+        "step time, Lite vs raw loop (2-process DDP over gloo, alternating blocks in one job)", ours_s, raw_s, "s",
+        "<= 1.02x", met=ours_s / raw_s <= 1.02,
+        note=f"{blocks} blocks of {steps} steps each; median of the paired block ratios "
+        f"{statistics.median(ours / raw for raw, ours in zip(samples['raw'], samples['lite'], strict=True)):.3f}x; "
+        f"samples raw {[round(s * 1e6) for s in samples['raw']]} us, "
+        f"ours {[round(s * 1e6) for s in samples['lite']]} us",
+    )
+
+
 def run(scale: int) -> list[Result]:
     """``scale`` is the number of timed steps; repetitions are 7 (9 for DDP, the noisier layout) at full
     size and 1 when tiny."""
@@ -62,4 +83,5 @@ def run(scale: int) -> list[Result]:
         ):
             if mode in MODES:
                 results.append(_compare(mode, scale, repetitions, ddp=ddp, target=target, label=label))
+    results.append(_interleaved(scale, 15 if scale >= 100 else 1))
     return results

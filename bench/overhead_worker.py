@@ -90,6 +90,38 @@ def lite(steps: int, ddp: bool) -> tuple[float, bool]:
     return result if result is not None else (0.0, False)
 
 
+def interleaved(steps: int, blocks: int) -> None:
+    """Raw DDP and Lite in the same 2-process job, alternating blocks of ``steps`` steps on one process group.
+
+    Separate jobs differ by 10-25 % from one another on 2 cores (where the ranks and gloo's threads land), which
+    hides a 1-2 % overhead; here both loops share the processes, the group and the data, so the block times
+    differ only by what each loop does per step. Prints the per-step time of every block from global rank 0.
+    """
+    from core import Lite
+
+    def run(lite: Lite) -> None:
+        raw_model = torch.nn.parallel.DistributedDataParallel(make_model())
+        raw_optimizer = torch.optim.SGD(raw_model.parameters(), lr=0.01)
+        dataset = make_loader(steps, lite.world_size).dataset
+        sampler: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(dataset, shuffle=False)
+        raw_loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
+        model = make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        model, optimizer = lite.setup(model, optimizer)
+        loader = lite.setup_dataloaders(make_loader(steps, lite.world_size))
+        samples: dict[str, list[float]] = {"raw": [], "lite": []}
+        for _ in range(blocks):
+            samples["raw"].append(
+                timed_loop(raw_model, raw_optimizer, raw_loader, lambda loss: loss.backward(), steps)
+            )
+            samples["lite"].append(timed_loop(model, optimizer, loader, lite.backward, steps))
+        if lite.is_global_zero:
+            print(json.dumps({"mode": "interleaved", **samples}), flush=True)
+        del raw_model, raw_optimizer  # drop this DDP's reference to the group before the strategy destroys it
+
+    Lite(accelerator="cpu", strategy="ddp", devices=2).launch(run)
+
+
 def _trainer(steps: int, ddp: bool, full: bool) -> tuple[float, bool]:
     import tempfile
 
@@ -144,11 +176,15 @@ MODES = {"raw": raw, "lite": lite, "trainer": trainer, "trainer_full": trainer_f
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=sorted(MODES))
+    parser.add_argument("mode", choices=sorted([*MODES, "interleaved"]))
     parser.add_argument("steps", type=int)
     parser.add_argument("--ddp", action="store_true")
+    parser.add_argument("--blocks", type=int, default=0, help="interleaved mode: raw/Lite block pairs")
     args = parser.parse_args()
     torch.set_num_threads(1 if args.ddp else int(os.environ.get("BENCH_THREADS", "1")))
+    if args.mode == "interleaved":
+        interleaved(args.steps, args.blocks)
+        return
     seconds, is_zero = MODES[args.mode](args.steps, args.ddp)
     if is_zero:
         print(json.dumps({"mode": args.mode, "seconds_per_step": seconds}), flush=True)
