@@ -48,9 +48,10 @@ def _compare(candidate: str, steps: int, repetitions: int, ddp: bool, target: fl
     )
 
 
-def _interleaved(steps: int, blocks: int) -> Result:
-    """Lite against raw DDP in one 2-process job (see ``overhead_worker.interleaved``): block medians."""
-    command = [PY, "-m", "bench.overhead_worker", "interleaved", str(steps), "--blocks", str(blocks), "--ddp"]
+def _interleaved(steps: int, blocks: int, ddp: bool) -> Result:
+    """Lite against the raw loop in one job (see ``overhead_worker.interleaved``): block medians."""
+    command = [PY, "-m", "bench.overhead_worker", "interleaved", str(steps), "--blocks", str(blocks)]
+    command += ["--ddp"] if ddp else []
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     line = next((line for line in completed.stdout.splitlines() if line.startswith('{"mode"')), None)
@@ -59,7 +60,8 @@ def _interleaved(steps: int, blocks: int) -> Result:
     samples = json.loads(line)
     raw_s, ours_s = statistics.median(samples["raw"]), statistics.median(samples["lite"])
     return Result(
-        "step time, Lite vs raw loop (2-process DDP over gloo, alternating blocks in one job)", ours_s, raw_s, "s",
+        f"step time, Lite vs raw loop ({'2-process DDP over gloo' if ddp else 'single process'}, alternating blocks "
+        "in one job)", ours_s, raw_s, "s",
         "<= 1.02x", met=ours_s / raw_s <= 1.02,
         note=f"{blocks} blocks of {steps} steps each; median of the paired block ratios "
         f"{statistics.median(ours / raw for raw, ours in zip(samples['raw'], samples['lite'], strict=True)):.3f}x; "
@@ -83,5 +85,6 @@ def run(scale: int) -> list[Result]:
         ):
             if mode in MODES:
                 results.append(_compare(mode, scale, repetitions, ddp=ddp, target=target, label=label))
-    results.append(_interleaved(scale, 15 if scale >= 100 else 1))
+    for ddp in (False, True):
+        results.append(_interleaved(scale, 15 if scale >= 100 else 1, ddp))
     return results

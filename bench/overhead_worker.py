@@ -90,21 +90,25 @@ def lite(steps: int, ddp: bool) -> tuple[float, bool]:
     return result if result is not None else (0.0, False)
 
 
-def interleaved(steps: int, blocks: int) -> None:
-    """Raw DDP and Lite in the same 2-process job, alternating blocks of ``steps`` steps on one process group.
+def interleaved(steps: int, blocks: int, ddp: bool) -> None:
+    """The raw loop and Lite in the same job, alternating blocks of ``steps`` steps (DDP: on one process group).
 
-    Separate jobs differ by 10-25 % from one another on 2 cores (where the ranks and gloo's threads land), which
-    hides a 1-2 % overhead; here both loops share the processes, the group and the data, so the block times
-    differ only by what each loop does per step. Prints the per-step time of every block from global rank 0.
+    Separate processes differ from one another by a few per cent in a single process and by 10-25 % under DDP
+    on 2 cores (where the ranks and gloo's threads land), which hides a 1-2 % overhead; here both loops share
+    the processes and the data, so the block times differ only by what each loop does per step. Prints the
+    per-step time of every block from global rank 0.
     """
     from core import Lite
 
     def run(lite: Lite) -> None:
-        raw_model = torch.nn.parallel.DistributedDataParallel(make_model())
+        raw_model = torch.nn.parallel.DistributedDataParallel(make_model()) if ddp else make_model()
         raw_optimizer = torch.optim.SGD(raw_model.parameters(), lr=0.01)
-        dataset = make_loader(steps, lite.world_size).dataset
-        sampler: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(dataset, shuffle=False)
-        raw_loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
+        raw_loader = make_loader(steps, lite.world_size)
+        if ddp:
+            sampler: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(
+                raw_loader.dataset, shuffle=False
+            )
+            raw_loader = DataLoader(raw_loader.dataset, batch_size=BATCH, sampler=sampler)
         model = make_model()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         model, optimizer = lite.setup(model, optimizer)
@@ -119,7 +123,7 @@ def interleaved(steps: int, blocks: int) -> None:
             print(json.dumps({"mode": "interleaved", **samples}), flush=True)
         del raw_model, raw_optimizer  # drop this DDP's reference to the group before the strategy destroys it
 
-    Lite(accelerator="cpu", strategy="ddp", devices=2).launch(run)
+    Lite(accelerator="cpu", strategy="ddp" if ddp else "single_device", devices=2 if ddp else 1).launch(run)
 
 
 def _trainer(steps: int, ddp: bool, full: bool) -> tuple[float, bool]:
@@ -183,7 +187,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1 if args.ddp else int(os.environ.get("BENCH_THREADS", "1")))
     if args.mode == "interleaved":
-        interleaved(args.steps, args.blocks)
+        interleaved(args.steps, args.blocks, args.ddp)
         return
     seconds, is_zero = MODES[args.mode](args.steps, args.ddp)
     if is_zero:
