@@ -89,6 +89,8 @@ def _format(value: float | None, unit: str) -> str:
         return f"{value:.2f} us"
     if unit == "MB":
         return f"{value:.0f} MB"
+    if unit == "x":
+        return f"{value:.3f}x"
     return f"{value:g} {unit}".strip()
 
 

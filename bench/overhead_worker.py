@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -90,38 +91,49 @@ def lite(steps: int, ddp: bool) -> tuple[float, bool]:
     return result if result is not None else (0.0, False)
 
 
-def interleaved(steps: int, blocks: int, ddp: bool) -> None:
-    """The raw loop and Lite in the same job, alternating blocks of ``steps`` steps (DDP: on one process group).
+Loop = tuple[Any, Any, Any, Callable[[torch.Tensor], None]]  # model, optimizer, loader, backward
+
+
+def raw_loop(steps: int, world_size: int, ddp: bool) -> Loop:
+    """The raw loop's parts on the process group a framework has already made (DDP) or in this process."""
+    model = torch.nn.parallel.DistributedDataParallel(make_model()) if ddp else make_model()
+    loader = make_loader(steps, world_size)
+    if ddp:
+        sampler: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(
+            loader.dataset, shuffle=False
+        )
+        loader = DataLoader(loader.dataset, batch_size=BATCH, sampler=sampler)
+    return model, torch.optim.SGD(model.parameters(), lr=0.01), loader, lambda loss: loss.backward()
+
+
+def alternate_blocks(raw_parts: Loop, framework_parts: Loop, steps: int, blocks: int) -> dict[str, list[float]]:
+    """The raw loop and a framework's loop in the same job, alternating blocks of ``steps`` steps.
 
     Separate processes differ from one another by a few per cent in a single process and by 10-25 % under DDP
     on 2 cores (where the ranks and gloo's threads land), which hides a 1-2 % overhead; here both loops share
-    the processes and the data, so the block times differ only by what each loop does per step. Prints the
-    per-step time of every block from global rank 0.
+    the processes, the process group and the data, so the block times differ only by what each loop does per
+    step. Returns the per-step time of every block.
     """
+    samples: dict[str, list[float]] = {"raw": [], "framework": []}
+    for _ in range(blocks):
+        samples["raw"].append(timed_loop(*raw_parts, steps))
+        samples["framework"].append(timed_loop(*framework_parts, steps))
+    return samples
+
+
+def interleaved(steps: int, blocks: int, ddp: bool) -> None:
+    """Lite against the raw loop in one job (:func:`alternate_blocks`); global rank 0 prints the samples."""
     from core import Lite
 
     def run(lite: Lite) -> None:
-        raw_model = torch.nn.parallel.DistributedDataParallel(make_model()) if ddp else make_model()
-        raw_optimizer = torch.optim.SGD(raw_model.parameters(), lr=0.01)
-        raw_loader = make_loader(steps, lite.world_size)
-        if ddp:
-            sampler: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(
-                raw_loader.dataset, shuffle=False
-            )
-            raw_loader = DataLoader(raw_loader.dataset, batch_size=BATCH, sampler=sampler)
+        raw_parts = raw_loop(steps, lite.world_size, ddp)
         model = make_model()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        model, optimizer = lite.setup(model, optimizer)
+        model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.01))
         loader = lite.setup_dataloaders(make_loader(steps, lite.world_size))
-        samples: dict[str, list[float]] = {"raw": [], "lite": []}
-        for _ in range(blocks):
-            samples["raw"].append(
-                timed_loop(raw_model, raw_optimizer, raw_loader, lambda loss: loss.backward(), steps)
-            )
-            samples["lite"].append(timed_loop(model, optimizer, loader, lite.backward, steps))
+        samples = alternate_blocks(raw_parts, (model, optimizer, loader, lite.backward), steps, blocks)
         if lite.is_global_zero:
             print(json.dumps({"mode": "interleaved", **samples}), flush=True)
-        del raw_model, raw_optimizer  # drop this DDP's reference to the group before the strategy destroys it
+        del raw_parts  # drop the raw DDP's reference to the group before the strategy destroys it
 
     Lite(accelerator="cpu", strategy="ddp" if ddp else "single_device", devices=2 if ddp else 1).launch(run)
 

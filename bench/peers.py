@@ -18,6 +18,7 @@ from pathlib import Path
 import attrs
 
 from bench._harness import Result, machine_description
+from bench.overhead import block_command, block_note, paired_ratio, run_blocks
 
 PY = sys.executable
 HERE = Path(__file__).resolve().parent
@@ -96,10 +97,46 @@ def rows(samples: dict[str, list[float]], ddp: bool) -> list[Result]:
     return results
 
 
+BLOCK_PEERS = ("fabric", "accelerate")  # the Lightning Trainer owns its loop: it cannot alternate with raw
+
+
+def in_job_rows(steps: int, blocks: int, ddp: bool, ours_python: str | None) -> list[Result]:
+    """Each of Fabric, Accelerate and Lite against the raw loop in one job of its own, alternating blocks.
+
+    The ratios are precise to about 1 % (see ``overhead_worker.alternate_blocks``), so they can be compared
+    across jobs, which separate-process samples under DDP cannot.
+    """
+    layout = "2-process DDP over gloo" if ddp else "single process"
+    env = {"PYTHONPATH": str(HERE.parent)}
+    ratios, results = {}, []
+    for mode in BLOCK_PEERS:
+        command = block_command(PY, "bench.peers_worker", mode, steps, blocks, ddp)
+        samples = run_blocks([*TORCHRUN, *command[1:]] if ddp else command, env)
+        ratios[mode] = paired_ratio(samples)
+        results.append(Result(
+            f"peer, in one job: step time, {PEERS[mode]} vs raw loop ({layout}, alternating blocks)",
+            statistics.median(samples["framework"]), statistics.median(samples["raw"]), "s", "ours below every peer",
+            note=block_note(samples, steps),
+        ))
+    if ours_python is not None:
+        lite = paired_ratio(run_blocks(block_command(ours_python, "bench.overhead_worker", "interleaved", steps,
+                                                     blocks, ddp), env))
+        for mode in BLOCK_PEERS:
+            results.append(Result(
+                f"head to head, each in one job: Lite's ratio vs {PEERS[mode]}'s ({layout})", lite, ratios[mode],
+                "x", "< 1x", met=lite < ratios[mode],
+                note=f"median paired block ratios against the raw loop: Lite {lite:.3f}x, {PEERS[mode]} "
+                f"{ratios[mode]:.3f}x",
+            ))
+    return results
+
+
 def run(steps: int, repetitions: int, ours_python: str | None) -> list[Result]:
     results = []
     for ddp in (False, True):
-        for result in rows(measure(steps, repetitions + (2 if ddp else 0), ddp, ours_python), ddp):
+        found = rows(measure(steps, repetitions + (2 if ddp else 0), ddp, ours_python), ddp)
+        found += in_job_rows(steps, 15, ddp, ours_python)
+        for result in found:
             results.append(result)
             print(f"  {result.name}: ratio {result.ratio:.3f}x", flush=True)
     return results

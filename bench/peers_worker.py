@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from bench.overhead_worker import WARMUP, make_loader, make_model, raw, timed_loop
+from bench.overhead_worker import WARMUP, alternate_blocks, make_loader, make_model, raw, raw_loop, timed_loop
 
 
 def fabric(steps: int, ddp: bool) -> tuple[float, bool]:
@@ -79,6 +79,34 @@ def accelerate(steps: int, ddp: bool) -> tuple[float, bool]:
     return seconds, accelerator.is_main_process
 
 
+def fabric_blocks(steps: int, blocks: int, ddp: bool) -> tuple[dict[str, list[float]], bool]:
+    """Fabric against the raw loop in one job, on Fabric's process group (``alternate_blocks``)."""
+    from lightning.fabric import Fabric
+
+    runner = Fabric(accelerator="cpu", strategy="ddp" if ddp else "auto", devices=2 if ddp else 1)
+    runner.launch()
+    raw_parts = raw_loop(steps, runner.world_size, ddp)
+    model = make_model()
+    model, optimizer = runner.setup(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    loader = runner.setup_dataloaders(make_loader(steps, runner.world_size))
+    samples = alternate_blocks(raw_parts, (model, optimizer, loader, runner.backward), steps, blocks)
+    return samples, runner.global_rank == 0
+
+
+def accelerate_blocks(steps: int, blocks: int, ddp: bool) -> tuple[dict[str, list[float]], bool]:
+    """Accelerate against the raw loop in one job, on Accelerate's process group (``alternate_blocks``)."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    raw_parts = raw_loop(steps, accelerator.num_processes, ddp)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, make_loader(steps, accelerator.num_processes))
+    samples = alternate_blocks(raw_parts, (model, optimizer, loader, accelerator.backward), steps, blocks)
+    return samples, accelerator.is_main_process
+
+
+BLOCK_MODES = {"fabric": fabric_blocks, "accelerate": accelerate_blocks}
 MODES = {"raw": raw, "fabric": fabric, "lightning": lightning_trainer, "accelerate": accelerate}
 
 
@@ -87,8 +115,14 @@ def main() -> None:
     parser.add_argument("mode", choices=sorted(MODES))
     parser.add_argument("steps", type=int)
     parser.add_argument("--ddp", action="store_true")
+    parser.add_argument("--blocks", type=int, default=0, help="fabric, accelerate: alternate with raw in one job")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.blocks:
+        samples, is_zero = BLOCK_MODES[args.mode](args.steps, args.blocks, args.ddp)
+        if is_zero:
+            print(json.dumps({"mode": args.mode, **samples}), flush=True)
+        return
     seconds, is_zero = MODES[args.mode](args.steps, args.ddp)
     if is_zero:
         print(json.dumps({"mode": args.mode, "seconds_per_step": seconds, "pid": os.getpid()}), flush=True)
