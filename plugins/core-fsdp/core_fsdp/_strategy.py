@@ -11,10 +11,16 @@ The processes, the process group, the launcher and the collectives are ``core-dd
 2. the auto-wrap policy picks inner units and ``fully_shard`` is applied innermost first, the root last;
 3. a model created empty is materialised: only this rank's shards are allocated, then initialised;
 4. a load hook is installed, so that ``load_state_dict`` accepts whole tensors and keeps this rank's slice.
+
+At teardown, before the process group is destroyed, every module set up in the run is turned back into a plain
+module (:mod:`core_fsdp._release`): whole again if it came in whole, so that the next run in the same processes
+(``Trainer.test`` after ``Trainer.fit``) sets it up like the first did, with the trained weights; then nothing
+of the run refers to the destroyed group any more.
 """
 
 from __future__ import annotations
 
+import gc
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -26,10 +32,12 @@ from typing import Any, ClassVar, Final
 import torch
 import torch.distributed as dist
 from core_ddp import DDPStrategy
+from core_ddp._launchers import failing
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
 
 from core import ConfigurationError, Supports, hookimpl
+from core_fsdp._release import ModuleRecord, release, snapshot
 from core_fsdp._state import gather_full, install_module_load_hook, install_optimizer_load_hook
 from core_fsdp._wrap import AutoWrapPolicy, predicate, shard
 
@@ -116,6 +124,8 @@ class FSDPStrategy(DDPStrategy):
         self._mesh: DeviceMesh | None = None
         # id(original parameter) -> (a weak reference to it, the sharded parameter that replaced it)
         self._replaced: dict[int, tuple[weakref.ref[torch.nn.Parameter], torch.nn.Parameter]] = {}
+        # Each module tree this run sharded, as it was before, and whether it was created empty: put back at teardown.
+        self._set_up: list[tuple[list[ModuleRecord], bool]] = []
 
     @property
     def default_checkpoint_io(self) -> str:
@@ -177,6 +187,7 @@ class FSDPStrategy(DDPStrategy):
         if not empty and self.sync_module_states and self.active.cluster.world_size > 1:
             self._broadcast_from_rank_zero(tensors)
         originals = dict(module.named_parameters())
+        before = snapshot(module)
         shard(module, self.auto_wrap_policy, self._fully_shard_options())
         if empty:
             self._materialise(module)
@@ -185,6 +196,7 @@ class FSDPStrategy(DDPStrategy):
             if original is not None and original is not sharded:
                 self._replaced[id(original)] = (weakref.ref(original), sharded)
         install_module_load_hook(module)
+        self._set_up.append((before, empty))
         return module
 
     def _broadcast_from_rank_zero(self, tensors: list[torch.Tensor]) -> None:
@@ -221,6 +233,43 @@ class FSDPStrategy(DDPStrategy):
         if entry is not None and entry[0]() is parameter:
             return entry[1]
         return parameter
+
+    # -- end of the run -------------------------------------------------------------------------------
+
+    @hookimpl
+    def strategy_teardown(self) -> None:
+        try:
+            if dist.is_initialized() and not failing():
+                self._release_modules()
+            super().strategy_teardown()
+        finally:
+            self._forget_run()
+
+    def _release_modules(self) -> None:
+        """Every module of the run back to a plain one (gathered when it came in whole): a collective."""
+        originals = {id(sharded): original() for original, sharded in self._replaced.values()}
+        alive = {key: original for key, original in originals.items() if original is not None}
+        device = self.active.device or torch.device("cpu")
+        with self.communicator.guard("gathering the trained parameters at teardown (fsdp)"):
+            for records, empty in self._set_up:
+                release(records, whole=not empty, device=device, originals=alive)
+
+    def _forget_run(self) -> None:
+        """Drop every reference of this run to its process group, so the group is freed now, not at exit.
+
+        A group freed during interpreter shutdown can abort the process from gloo's threads. Besides the
+        modules (released above), the run's ``DTensor`` s still held elsewhere (the optimizer's sharded state)
+        refer to the mesh, and the mesh to the group; FSDP's state, cut from the modules, sits in reference
+        cycles until a collection.
+        """
+        self._set_up.clear()
+        self._replaced.clear()
+        mesh, self._mesh = self._mesh, None
+        if mesh is not None and not dist.is_initialized():
+            registry = getattr(mesh, "_pg_registry", None)  # recent torch keeps the groups it resolved there
+            if isinstance(registry, dict):
+                registry.clear()
+        gc.collect()
 
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
