@@ -4,11 +4,16 @@ Processes, the process group and the collectives are those of ``ddp`` (this clas
 what differs is that DeepSpeed owns the training state. ``Lite.setup(model, optimizer)`` hands both to
 ``deepspeed.initialize``; the engine runs the backward pass (reducing and partitioning gradients), the
 optimizer step, gradient accumulation, clipping and 16-bit loss scaling, and writes its own sharded checkpoints.
+
+At teardown, while the process group is alive, the modules are given back as they came in, holding the trained
+weights (:mod:`core_deepspeed._release`); once it is destroyed, DeepSpeed forgets the groups it derived from it.
+Another run in the same processes (``Trainer.test`` after ``Trainer.fit``) then starts like the first.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -19,10 +24,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.distributed as dist
 from core_ddp import DDPStrategy
+from core_ddp._launchers import failing
 
 from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
 from core._lite_checkpoint import restore, to_checkpoint
-from core_deepspeed import _checkpoint, _import
+from core_deepspeed import _checkpoint, _import, _release
 from core_deepspeed._config import FLOAT16_PRECISIONS, ZeroSettings, build_config, read_config, zero_stage
 
 if TYPE_CHECKING:
@@ -40,6 +46,33 @@ def _float16_supported_on_cpu() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
     except Exception:  # an older torch without the probe: DeepSpeed then says unsupported as well
         return False
+
+
+def _registered(group: Any) -> bool:
+    """Whether ``group`` belongs to the live process group (it does not once its run has destroyed it)."""
+    if group is None:
+        return True
+    try:
+        dist.get_process_group_ranks(group)
+    except (KeyError, ValueError, RuntimeError):
+        return False
+    return True
+
+
+def _forget_process_groups(deepspeed: ModuleType) -> None:
+    """Drop DeepSpeed's cached groups (its world clone, data-parallel groups) after the world group was destroyed.
+
+    DeepSpeed caches them per process and would hand the dead ones to the next run's engine ("Group ... is not
+    registered"). ``deepspeed.comm.destroy_process_group`` does the same when it destroys the group itself.
+    """
+    groups = importlib.import_module(f"{deepspeed.__name__}.utils.groups")
+    release = getattr(groups, "_release_process_group_references", None)
+    if release is not None:
+        release(None)
+        return
+    for name in ("_WORLD_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP", "_DATA_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP"):
+        if hasattr(groups, name):
+            setattr(groups, name, None)
 
 
 class DeepSpeedStrategy(DDPStrategy):
@@ -87,6 +120,7 @@ class DeepSpeedStrategy(DDPStrategy):
         self._config: dict[str, Any] | None = None
         self._deepspeed: ModuleType | None = None
         self._engines: list[Any] = []
+        self._set_up: list[_release.Snapshot] = []  # each module tree as it was before deepspeed.initialize
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.alias!r}, {self.settings}, config={self.user_config!r})"
@@ -94,7 +128,7 @@ class DeepSpeedStrategy(DDPStrategy):
     def __getstate__(self) -> dict[str, Any]:
         # The options travel; deepspeed (a module) and the engines of a run stay behind.
         state = super().__getstate__()
-        for key in ("_config", "_deepspeed", "_engines"):
+        for key in ("_config", "_deepspeed", "_engines", "_set_up"):
             state.pop(key, None)
         return state
 
@@ -103,6 +137,7 @@ class DeepSpeedStrategy(DDPStrategy):
         self._config = None
         self._deepspeed = None
         self._engines = []
+        self._set_up = []
 
     def unavailable_reason(self) -> str | None:
         """Why this strategy cannot run here (``python -m core.plugins --check``), or ``None``."""
@@ -156,10 +191,22 @@ class DeepSpeedStrategy(DDPStrategy):
 
     @hookimpl
     def strategy_teardown(self) -> None:
-        for engine in self._engines:
-            engine.destroy()
-        self._engines.clear()
-        super().strategy_teardown()
+        try:
+            values: dict[int, torch.Tensor] = {}
+            if dist.is_initialized() and not failing():
+                with self.communicator.guard("gathering the trained parameters at teardown (DeepSpeed)"):
+                    values = {key: value for recorded in self._set_up
+                              for key, value in _release.gather(recorded, self.deepspeed).items()}
+            for engine in self._engines:
+                engine.destroy()  # removes DeepSpeed's hooks and the optimizer's references to the parameters
+            for recorded in self._set_up:
+                _release.restore(recorded, values)
+            super().strategy_teardown()
+        finally:
+            self._engines.clear()
+            self._set_up.clear()
+            if self._deepspeed is not None and not dist.is_initialized():
+                _forget_process_groups(self._deepspeed)
 
     # -- model and optimizer ---------------------------------------------------------------------------
 
@@ -169,6 +216,8 @@ class DeepSpeedStrategy(DDPStrategy):
             # Stages 1 and 2 shard optimizer states and gradients, which a module without an optimizer does not
             # have (and DeepSpeed refuses them without one): the engine is a plain data-parallel one.
             config["zero_optimization"] = {"stage": 0}
+        self._refuse_ended_partitions(module)
+        recorded = _release.snapshot(module)
         try:
             engine, _, _, _ = self.deepspeed.initialize(model=module, optimizer=optimizer, config=config)
         except (AssertionError, ValueError) as error:
@@ -176,7 +225,19 @@ class DeepSpeedStrategy(DDPStrategy):
                 f"DeepSpeed refused the configuration of the strategy {self.alias!r}: {error}. The config was {config}."
             ) from error
         self._engines.append(engine)
+        self._set_up.append(recorded)
         return engine
+
+    def _refuse_ended_partitions(self, module: torch.nn.Module) -> None:
+        ended = [name for name, parameter in module.named_parameters()
+                 if hasattr(parameter, "ds_id") and not _registered(getattr(parameter, "ds_process_group", None))]
+        if ended:
+            raise ConfigurationError(
+                f"The strategy {self.alias!r} cannot set up this module: its parameters {ended[:3]}"
+                f"{' ...' if len(ended) > 3 else ''} were partitioned by ZeRO-3 over the processes of an earlier run "
+                f"(the module was created inside lite.init_module(empty_init=True) there), and that run has ended. "
+                f"Create the module inside this run's init_module() and load its weights from a checkpoint."
+            )
 
     @hookimpl
     def strategy_setup_module_and_optimizers(

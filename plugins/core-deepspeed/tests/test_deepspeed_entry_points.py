@@ -1,0 +1,82 @@
+"""DeepSpeed across runs in the same 2 processes: Trainer entry points one after another.
+
+Each entry point of the Trainer is a run of its own, whose teardown destroys the process group: the module must
+come out of each run as a plain module holding the trained weights, and DeepSpeed must not hand the next run the
+groups of the destroyed one.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+SCRIPTS = Path(__file__).parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+from deepspeed_entry_points_job import Net, evaluation_sets  # noqa: E402
+
+Command = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def mean_loss(weights: dict[str, torch.Tensor], dataset: torch.utils.data.TensorDataset) -> float:
+    """The loss over every sample of ``dataset`` with ``weights`` in a plain Net, in one process."""
+    net = Net()
+    net.load_state_dict(weights)
+    inputs, targets = dataset.tensors
+    with torch.no_grad():
+        return float(F.cross_entropy(net(inputs), targets))
+
+
+def assert_equal(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -> None:
+    assert left.keys() == right.keys()
+    for name in left:
+        assert torch.equal(left[name], right[name]), name
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("strategy", ["deepspeed_stage_2", "deepspeed_stage_3"])
+def test_fit_then_validate_test_and_fit_again_use_the_trained_weights(
+    strategy: str, tmp_path: Path, command: Command
+) -> None:
+    script = SCRIPTS / "deepspeed_entry_points_job.py"
+    finished = command([sys.executable, str(script), strategy, str(tmp_path)], cwd=tmp_path, timeout=120)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    results: dict[str, Any] = torch.load(tmp_path / "results.pt", weights_only=True)
+    first_fit, second_fit = results["fitted"]  # gathered (from the partitions under stage 3) inside each fit
+    sets = evaluation_sets()
+
+    # Between runs the module is a plain Net again (no partitions, hooks or DeepSpeed attributes left), trained.
+    for after in ("after_fit", "after_validate", "after_second_fit"):
+        assert results[after]["differences"] == [], after
+    assert_equal(results["after_fit"]["state"], first_fit)
+    assert_equal(results["after_validate"]["state"], first_fit)
+    assert_equal(results["after_second_fit"]["state"], second_fit)
+
+    # Evaluations in later runs evaluate the trained weights: the same loss as a single process computes.
+    assert results["validate"][0]["val_loss"] == pytest.approx(mean_loss(first_fit, sets["val"]), abs=1e-6)
+    assert results["test"][0]["test_loss"] == pytest.approx(mean_loss(first_fit, sets["test"]), abs=1e-6)
+    assert results["second_test"][0]["test_loss"] == pytest.approx(mean_loss(second_fit, sets["test"]), abs=1e-6)
+
+    # The second fit went on from the first one's weights and trained them further.
+    first_start, second_start = results["started"]
+    assert_equal(second_start, first_fit)
+    assert not any(torch.equal(first_fit[name], second_fit[name]) for name in first_fit)
+    assert not any(torch.equal(first_start[name], first_fit[name]) for name in first_fit)
+
+    if strategy == "deepspeed_stage_3":
+        # A module created already partitioned belongs to its run: a later run refuses it, saying what to do.
+        assert results["later_run"].startswith(
+            "The strategy 'deepspeed_stage_3' cannot set up this module: its parameters ['net.0.weight', "
+            "'net.0.bias', 'net.2.weight'] ... were partitioned by ZeRO-3 over the processes of an earlier run"
+        )
+        assert results["later_run"].endswith(
+            "Create the module inside this run's init_module() and load its weights from a checkpoint."
+        )
