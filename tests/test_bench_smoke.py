@@ -32,3 +32,6 @@ def test_bench_tiny_run_writes_both_reports(tmp_path: Path) -> None:
     # Each of the 2 ranks wrote its own shard file; fsdp holds half of ddp's parameters, gradients, Adam state.
     assert "__1_0.distcp" in rows["`distributed` save on 2 ranks"]["note"], rows
     assert 0.49 < rows["parameters + gradients + Adam state held per rank"]["ratio"] < 0.51, rows
+    # Lite against the raw loop in one job, single process and DDP: both loops ran the same number of blocks.
+    in_job = [row for row in payload["results"] if "alternating blocks in one job" in row["name"]]
+    assert len(in_job) == 2 and all("1 blocks of" in row["note"] for row in in_job), in_job
