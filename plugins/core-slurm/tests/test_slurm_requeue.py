@@ -25,7 +25,7 @@ def run_requeue_cycle(cluster: SlurmCluster, directory: Path, mode: str) -> dict
     script.write_text(f"#!/bin/bash\nsrun {sys.executable} {PROBE} {directory} {mode}\n")
     job_id = cluster.sbatch(
         ["--requeue", "--nodes=1", "--ntasks-per-node=2", f"--job-name=requeue-{mode}",
-         f"--output={directory}/job-%j.out", str(script)]
+         f"--output={directory}/job-%j.out", "--open-mode=append", str(script)]
     )
     try:
         wait_until(lambda: all((directory / f"ready-{rank}").exists() for rank in (0, 1)), 90,
@@ -38,12 +38,19 @@ def run_requeue_cycle(cluster: SlurmCluster, directory: Path, mode: str) -> dict
         # The first run's step may still be winding down (srun waits up to 4 s); a start before the node is
         # idle again makes the restarted batch script fail at once.
         wait_until(cluster.node_idle, 30, "the node to be idle after the requeue")
+        # slurmd revokes the killed run's credential with a time in whole seconds and refuses a launch whose
+        # credential is not newer ("Job N already killed, do not launch batch job"): under load the release
+        # below could land in the same second. SLURM itself holds a requeued job for 120 s.
+        time.sleep(2.0)
         cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=10)
         wait_until(lambda: cluster.job(job_id).get("JobState") in ("COMPLETED", "FAILED"), 90,
                    f"the requeued job {job_id} to run again and end")
         job = cluster.job(job_id)
         logs = "\n".join(path.read_text() for path in directory.glob("job-*.out"))
-        assert job["JobState"] == "COMPLETED" and job["Restarts"] == "1", (job, logs)
+        assert job["JobState"] == "COMPLETED" and job["Restarts"] == "1", (
+            {key: job.get(key) for key in ("JobState", "Reason", "ExitCode", "Restarts", "NodeList")},
+            logs, cluster.logs(),
+        )
         completed = time.monotonic() - signalled
         print(f"{mode}: requeued {requeued:.2f} s after the signal, ran again and completed after {completed:.2f} s")
         return {"requeued": requeued, "completed": completed}
