@@ -154,3 +154,14 @@ class PowerSGDExtension:
         register(state, hook)
         self.states.append(state)
         return wrapped
+
+    @hookimpl(wrapper=True)
+    def strategy_teardown(self) -> Generator[None, None, None]:
+        # The states outlive the run (they can be read afterwards), but the process group they name must not:
+        # a group still referenced after destroy_process_group keeps gloo's threads alive until interpreter
+        # exit, where they abort the process ("terminate called without an active exception").
+        for state in self.states:
+            if hasattr(state, "process_group"):
+                state.process_group = None
+        self.states = [None if isinstance(state, dist.ProcessGroup) else state for state in self.states]
+        return (yield)

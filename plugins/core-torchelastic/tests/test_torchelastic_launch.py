@@ -21,8 +21,17 @@ def clean_env() -> dict[str, str]:
 
 
 def reports(*outputs: str) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for output in outputs for line in output.splitlines() if line.startswith("{")]
-    return sorted(lines, key=lambda report: report.get("global_rank", -1))
+    """Every JSON report in the ranks' shared stdout. ``print`` writes a report and its newline separately, so
+    two ranks printing at once can put both reports on one line; each report itself is one write."""
+    decoder = json.JSONDecoder()
+    found = []
+    for output in outputs:
+        index = output.find('{"')
+        while index != -1:
+            report, end = decoder.raw_decode(output, index)
+            found.append(report)
+            index = output.find('{"', end)
+    return sorted(found, key=lambda report: report.get("global_rank", -1))
 
 
 @pytest.mark.distributed
