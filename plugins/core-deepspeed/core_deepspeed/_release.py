@@ -25,11 +25,7 @@ from typing import Any
 import attrs
 import torch
 
-
-def _hook_keys(module: torch.nn.Module) -> dict[str, frozenset[Any]]:
-    """The handle ids in each of ``module``'s hook dictionaries (``_forward_pre_hooks``, ``_state_dict_hooks``...)."""
-    return {name: frozenset(value) for name, value in vars(module).items()
-            if "hooks" in name and isinstance(value, dict)}
+from core._module_additions import hook_keys, remove_added
 
 
 @attrs.frozen(eq=False)
@@ -63,7 +59,7 @@ class Snapshot:
 
 def snapshot(root: torch.nn.Module) -> Snapshot:
     modules = [
-        ModuleRecord(module, frozenset(vars(module)), _hook_keys(module), type(module._parameters),
+        ModuleRecord(module, frozenset(vars(module)), hook_keys(module), type(module._parameters),
                      {name: buffer.dtype for name, buffer in module._buffers.items() if buffer is not None})
         for module in root.modules()
     ]
@@ -105,12 +101,7 @@ def restore(recorded: Snapshot, values: dict[int, torch.Tensor]) -> None:
 
 def _restore_module(record: ModuleRecord) -> None:
     module = record.module
-    for name, keys in _hook_keys(module).items():
-        hooks = vars(module)[name]
-        for key in keys - record.hooks.get(name, frozenset()):
-            del hooks[key]
-    for name in set(vars(module)) - record.attributes:
-        delattr(module, name)
+    remove_added(module, record.attributes, record.hooks)
     if type(module._parameters) is not record.parameters_type:
         module._parameters = record.parameters_type(module._parameters.items())
     with torch.no_grad():

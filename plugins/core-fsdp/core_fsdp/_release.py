@@ -34,12 +34,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from core import CoreError
-
-
-def _hook_keys(module: torch.nn.Module) -> dict[str, frozenset[Any]]:
-    """The handle ids in each of ``module``'s hook dictionaries (``_forward_pre_hooks``, ``_state_dict_hooks``...)."""
-    return {name: frozenset(value) for name, value in vars(module).items()
-            if "hooks" in name and isinstance(value, dict)}
+from core._module_additions import hook_keys, remove_added
 
 
 @attrs.frozen(eq=False)
@@ -54,7 +49,7 @@ class ModuleRecord:
 
 def snapshot(root: torch.nn.Module) -> list[ModuleRecord]:
     """``root`` and each submodule as they are now, in the order :func:`release` goes through them."""
-    return [ModuleRecord(module, type(module), frozenset(vars(module)), _hook_keys(module))
+    return [ModuleRecord(module, type(module), frozenset(vars(module)), hook_keys(module))
             for module in root.modules()]
 
 
@@ -121,12 +116,7 @@ def _whole(shard: DTensor, device: torch.device) -> torch.Tensor:
 def _restore(record: ModuleRecord) -> None:
     """The class, attributes and hooks of ``record.module`` as recorded: what ``fully_shard`` added goes."""
     module = record.module
-    for name, keys in _hook_keys(module).items():
-        hooks = vars(module)[name]
-        for key in keys - record.hooks.get(name, frozenset()):
-            del hooks[key]
-    for name in set(vars(module)) - record.attributes:
-        delattr(module, name)
+    remove_added(module, record.attributes, record.hooks)
     # fully_shard registers the module in a process-wide table; a later fully_shard refuses a module still in it.
     _module_state_mapping.pop(module, None)
     module.__class__ = record.cls
