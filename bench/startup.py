@@ -17,7 +17,7 @@ PY = sys.executable
 RESOLVE_PROBE = """
 import json, sys, time
 import torch  # imported first: its cost is not resolution's
-import core, core._resolver
+import core, core.registry._resolver
 start = time.perf_counter()
 active = core.resolve(plugins=["synthetic_7"])
 first = time.perf_counter() - start

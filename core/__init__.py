@@ -29,15 +29,15 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it, imported on first attribute access.
 _LAZY = {
-    "ActiveSet": "core._active",
-    "Catalog": "core._discovery",
-    "DeviceRequest": "core._devices",
-    "PluginInfo": "core._discovery",
-    "discover": "core._discovery",
-    "parse_devices": "core._devices",
-    "resolve": "core._resolver",
+    "ActiveSet": "core.registry._active",
+    "Catalog": "core.registry._discovery",
+    "DeviceRequest": "core.registry._devices",
+    "PluginInfo": "core.registry._discovery",
+    "discover": "core.registry._discovery",
+    "parse_devices": "core.registry._devices",
+    "resolve": "core.registry._resolver",
     "Lite": "core.lite",
-    "seed_everything": "core._seed",
+    "seed_everything": "core.lite._seed",
     "Trainer": "core.trainer",
     "Module": "core.module",
     "DataModule": "core.module",
@@ -45,14 +45,10 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from core._active import ActiveSet
-    from core._devices import DeviceRequest, parse_devices
-    from core._discovery import Catalog, PluginInfo, discover
-    from core._resolver import resolve
-    from core._seed import seed_everything
     from core.callbacks import Callback
-    from core.lite import Lite
+    from core.lite import Lite, seed_everything
     from core.module import DataModule, Module
+    from core.registry import ActiveSet, Catalog, DeviceRequest, PluginInfo, discover, parse_devices, resolve
     from core.trainer import Trainer
 
 

@@ -62,9 +62,9 @@ from core._markers import hookspec
 if TYPE_CHECKING:
     import torch
 
-    from core._active import ActiveSet
-    from core._devices import DeviceRequest
     from core._records import ClusterInfo
+    from core.registry._active import ActiveSet
+    from core.registry._devices import DeviceRequest
 
 CONTRACT_VERSION: Final = 1
 """The version of this contract; raised with every release of core that adds or deprecates a hook."""

@@ -24,7 +24,7 @@ from types import FrameType
 from typing import Final
 
 from core._errors import CoreError
-from core._supervisor import Supervisor, start_worker
+from core.toolkit._supervisor import Supervisor, start_worker
 
 PREFIX: Final = "core.run"
 DEFAULT_MULTI_NODE_PORT: Final = 29500
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def processes_per_node(accelerator: str, strategy: str, devices: str, num_nodes: int) -> int:
     """How many processes this node runs, from the resolved configuration (validates the options)."""
-    from core._resolver import resolve
+    from core.registry._resolver import resolve
 
     active = resolve(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes)
     # A strategy that drives several devices from one process (``dp``) says so; the rest run one per device.

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from core._discovery import discover
 from core.plugins._matrix import build_matrix, render_markdown
+from core.registry._discovery import discover
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "compatibility.md"

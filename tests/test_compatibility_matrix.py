@@ -22,8 +22,8 @@ import torch
 from conftest import Installer, plugin_source
 
 import core
-from core._discovery import Catalog, discover
 from core.plugins._matrix import Matrix, build_matrix, render_text
+from core.registry._discovery import Catalog, discover
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_PARTY_HARDWARE = ("core-cuda", "core-mps", "core-tpu", "core-amp")
@@ -188,7 +188,7 @@ def test_a_broken_plugin_is_left_out_of_the_matrix_with_its_reason(installed: In
 
 
 def _devices_for(strategy: str, accelerator: str, catalog: Catalog) -> int:
-    plugin = core._discovery.load(catalog.lookup("strategy", strategy))
+    plugin = core.registry._discovery.load(catalog.lookup("strategy", strategy))
     single = getattr(plugin, "max_processes", None) == 1
     return 1 if single or accelerator == "mps" else 2
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import core
-from core._devices import DeviceRequest, parse_devices
+from core.registry._devices import DeviceRequest, parse_devices
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 from conftest import Installer, plugin_source
 
 import core
-from core._discovery import discover
+from core.registry._discovery import discover
 
 
 def _strategy_dist(installed: Installer, dist: str, module: str, alias: str = "fancy", **kwargs: object) -> None:

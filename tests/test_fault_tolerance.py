@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import core
-from core import _fault_tolerance
+from core.fault_tolerance import _resumer as _fault_tolerance
 from core.builtin import async_checkpoint_io
 from core.builtin.async_checkpoint_io import AsyncCheckpointIO
 from core.fault_tolerance import CheckpointDirectory, ResumableCheckpoints

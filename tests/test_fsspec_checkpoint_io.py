@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import core
-from core import _storage
 from core.builtin.async_checkpoint_io import AsyncCheckpointIO
 from core.builtin.checkpoint_io import TorchCheckpointIO
+from core.toolkit import _storage
 
 
 @pytest.fixture(params=["torch", "async"])

@@ -429,7 +429,7 @@ def test_seed_everything_is_a_static_method_seeding_workers_by_default() -> None
     first = torch.rand(2)
     core.Lite(accelerator="cpu", devices=1).seed_everything(5, verbose=False)
     assert torch.equal(torch.rand(2), first)
-    from core._seed import seeds_workers
+    from core.lite._seed import seeds_workers
 
     assert seeds_workers()
     core.Lite.seed_everything(5, workers=False, verbose=False)

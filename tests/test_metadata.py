@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from core._metadata import canonical_name, entry_points, requirement_on, satisfies
 from core._records import ENTRY_POINT_GROUPS
+from core.registry._metadata import canonical_name, entry_points, requirement_on, satisfies
 
 GROUPS = frozenset(ENTRY_POINT_GROUPS.values())
 
@@ -92,7 +92,7 @@ def test_names_are_compared_as_pep_503_says() -> None:
 
 def test_reading_plugins_imports_neither_packaging_nor_importlib_metadata() -> None:
     code = (
-        "import sys, core._discovery as d; d.discover(); "
+        "import sys, core.registry._discovery as d; d.discover(); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('packaging', 'importlib_metadata', 'email')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")

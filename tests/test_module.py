@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import core
-from core._trainer_data import ShardSampler
-from core._trainer_optim import parse_optimizers
 from core.callbacks import Callback
+from core.trainer._data import ShardSampler
+from core.trainer._optim import parse_optimizers
 
 
 def loader(samples: int, batch_size: int = 2, seed: int = 0) -> DataLoader[Any]:

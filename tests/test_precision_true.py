@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import core
-from core._discovery import Catalog, discover
+from core.registry._discovery import Catalog, discover
 
 TRUE_PRECISIONS = [("64-true", torch.float64), ("16-true", torch.float16), ("bf16-true", torch.bfloat16)]
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import core
 from core import hookimpl
-from core._discovery import Catalog, discover
 from core.builtin.strategies import SingleDeviceStrategy
+from core.registry._discovery import Catalog, discover
 
 
 def only_from(*distributions: str) -> Catalog:

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import core
-from core._seed import reset_seed, worker_init_function
+from core.lite._seed import reset_seed, worker_init_function
 
 
 @pytest.fixture(autouse=True)

@@ -27,10 +27,10 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 import core
-from core._discovery import discover
 from core._records import ENTRY_POINT_GROUPS, KINDS
 from core.hookspecs import CONTRACT_VERSION
 from core.plugins._new import compatible_range, generate
+from core.registry._discovery import discover
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {kind: "tpl-" + kind.replace("_", "-") for kind in KINDS}

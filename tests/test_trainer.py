@@ -194,7 +194,7 @@ def test_without_restoring_the_generators_the_resumed_run_differs(
     """The resume test is not vacuous: shuffling and dropout after the checkpoint depend on the generators."""
     full, _ = fit(tmp_path / "full", 3)
     fit(tmp_path / "resumed", 2)
-    monkeypatch.setattr("core._trainer_loops.restore_rng", lambda state: None)
+    monkeypatch.setattr("core.trainer._loops.restore_rng", lambda state: None)
     resumed, _ = fit(tmp_path / "resumed", 3, ckpt_path="last")
     pairs = zip(full.state_dict().values(), resumed.state_dict().values(), strict=True)
     assert not all(torch.equal(a, b) for a, b in pairs)

@@ -7,9 +7,9 @@ from typing import Final
 
 import torch
 
-from core._devices import DeviceRequest
 from core._errors import ConfigurationError
 from core._markers import hookimpl
+from core.registry._devices import DeviceRequest
 
 
 class CPUAccelerator:

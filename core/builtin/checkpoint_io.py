@@ -5,7 +5,7 @@ over the target with ``os.replace``, which is atomic on POSIX: a process killed 
 previous checkpoint intact and at worst a stray ``.*.tmp`` file, never a truncated checkpoint.
 
 A path with a protocol (``memory://``, ``file://``, ``s3://``: whatever ``fsspec`` implementation is
-installed) goes through ``fsspec``; see :mod:`core._storage` for what atomic means there. Options for the
+installed) goes through ``fsspec``; see :mod:`core.toolkit._storage` for what atomic means there. Options for the
 filesystem (credentials, endpoints) are given once, ``TorchCheckpointIO(storage_options={...})``, or per
 save through the hook's ``storage_options``.
 """
@@ -19,9 +19,9 @@ from typing import IO, Any, Final
 
 import torch
 
-from core import _storage
 from core._errors import CheckpointError, ConfigurationError
 from core._markers import hookimpl
+from core.toolkit import _storage
 
 
 def _check_options(path: str, storage_options: Any | None, owner: str) -> dict[str, Any] | None:

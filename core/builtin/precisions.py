@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import torch
 
-from core._collections import apply_to_tensors
 from core._markers import hookimpl
+from core.toolkit._collections import apply_to_tensors
 
 
 @contextmanager

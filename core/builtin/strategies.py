@@ -16,7 +16,7 @@ from core._errors import ConfigurationError
 from core._markers import hookimpl
 
 if TYPE_CHECKING:
-    from core._active import ActiveSet
+    from core.registry._active import ActiveSet
 
 REDUCE_OPS: Final = ("sum", "mean", "max", "min")
 

@@ -13,11 +13,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from core._discovery import Catalog, PluginInfo, discover, load
 from core._errors import CoreError
 from core._records import KINDS
 from core.hookspecs import CONTRACT_VERSION
 from core.plugins._contract import ContractReport, inspect_contract
+from core.registry._discovery import Catalog, PluginInfo, discover, load
 
 _PROG = "python -m core.plugins"
 
@@ -75,7 +75,7 @@ def _list(catalog: Catalog, kind: str | None, as_json: bool) -> int:
 
 def _check_one(info: PluginInfo) -> tuple[str, str, object | None]:
     """Import one plugin and ask whether it can run here: (status, reason, plugin object)."""
-    from core._resolver import _manager, _register, ask
+    from core.registry._resolver import _manager, _register, ask
 
     if not info.selectable:
         return info.status, info.reason, None
@@ -103,7 +103,7 @@ def _unavailable_reason(plugin: object) -> str | None:
 
 
 def _auto_choices(catalog: Catalog) -> dict[str, str]:
-    from core._resolver import _auto_accelerator, _detect_environment
+    from core.registry._resolver import _auto_accelerator, _detect_environment
 
     choices = {}
     for kind, pick in (("accelerator", _auto_accelerator), ("environment", _detect_environment)):

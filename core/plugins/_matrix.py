@@ -14,9 +14,9 @@ from typing import Any, Final
 
 import attrs
 
-from core._discovery import Catalog, PluginInfo, load
 from core._errors import ConfigurationError, CoreDeprecationWarning, CoreError
 from core._records import SUPPORTS_ANYTHING, Supports
+from core.registry._discovery import Catalog, PluginInfo, load
 
 PAIRS: Final = (("precision", "accelerator"), ("strategy", "accelerator"), ("precision", "strategy"))
 """The tables of the matrix: (row kind, column kind)."""
@@ -121,7 +121,7 @@ def _load_quietly(info: PluginInfo, skipped: list[Skipped]) -> object | None:
 
 
 def _judge(row: Member, column: Member, plugins: dict[tuple[str, str], object]) -> Cell:
-    from core._resolver import Selection, _check_compatibility
+    from core.registry._resolver import Selection, _check_compatibility
 
     refused_by = tuple(
         holder.name

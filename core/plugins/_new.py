@@ -136,7 +136,7 @@ def generate(kind: str, name: str, directory: Path) -> Path:
 
 
 def _already_provided(kind: str, name: str) -> list[str]:
-    from core._discovery import discover
+    from core.registry._discovery import discover
 
     return sorted({info.distribution for info in discover().of_kind(kind) if info.alias == name})
 

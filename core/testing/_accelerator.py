@@ -7,7 +7,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from core._devices import parse_devices
+from core.registry._devices import parse_devices
 from core.testing._base import Conformance
 from core.testing._lite import train_briefly
 

@@ -15,12 +15,12 @@ from typing import Any, ClassVar, TypeVar, cast
 
 import pytest
 
-from core._discovery import CORE_DISTRIBUTION, PluginInfo, discover, load
 from core._errors import CoreError
 from core._markers import PROJECT_NAME
-from core._resolver import _manager, _register
 from core.hookspecs import CONTRACT_VERSION
 from core.plugins._contract import implemented_hooks, inspect_contract
+from core.registry._discovery import CORE_DISTRIBUTION, PluginInfo, discover, load
+from core.registry._resolver import _manager, _register
 
 _Test = TypeVar("_Test", bound=Callable[..., Any])
 

@@ -8,10 +8,10 @@ from typing import ClassVar, Final
 
 import pytest
 
-from core._discovery import discover
 from core._errors import CoreError
 from core._records import ClusterInfo
-from core._resolver import _detect_environment
+from core.registry._discovery import discover
+from core.registry._resolver import _detect_environment
 from core.testing._base import Conformance
 
 # Variables of launchers and schedulers that a test process may have inherited; removed for every test.

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import core
-from core._discovery import Catalog, discover
+from core.registry._discovery import Catalog, discover
 
 
 def only_first_party() -> Catalog:

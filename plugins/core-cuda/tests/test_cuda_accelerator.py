@@ -17,7 +17,7 @@ from core_cuda import cuda_unavailable_reason, describe_visible, parse_cuda_devi
 
 import core
 from core import DeviceRequest, parse_devices
-from core._discovery import Catalog, discover
+from core.registry._discovery import Catalog, discover
 
 
 def catalog() -> Catalog:
@@ -145,7 +145,7 @@ def test_auto_does_not_pick_it_here() -> None:
 
 def test_nccl_is_the_default_backend_and_priority_ranks_it_after_tpu() -> None:
     accelerator = core_cuda.CUDAAccelerator()
-    assert core._resolver.ask(accelerator, "accelerator", "accelerator_process_group_backend") == "nccl"
+    assert core.registry._resolver.ask(accelerator, "accelerator", "accelerator_process_group_backend") == "nccl"
     assert accelerator.priority == 20
 
 

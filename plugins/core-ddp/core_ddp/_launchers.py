@@ -3,7 +3,7 @@
 ``popen`` (``ddp``): the launching process is rank 0; it starts the script's command line again as the
 other local ranks and watches them from a thread. ``spawn`` / ``fork`` / ``forkserver``: the launching
 process starts every local rank with ``torch.multiprocessing``, waits, and gets rank 0's return value.
-Either way :mod:`core._supervisor` stops every process of the job as soon as one fails.
+Either way :mod:`core.toolkit._supervisor` stops every process of the job as soon as one fails.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import attrs
 import torch.distributed as dist
 import torch.multiprocessing
 
-from core._supervisor import (
+from core.toolkit._supervisor import (
     ERROR_FILE_VARIABLE,
     PARENT_PID_VARIABLE,
     Failure,
@@ -201,7 +201,7 @@ def install_exception_hook(global_rank: int, world_size: int) -> None:
 def run_rank(
     function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], global_rank: int, world_size: int
 ) -> Any:
-    """Run one rank's function; on an exception, stop the job as :mod:`core._supervisor` describes."""
+    """Run one rank's function; on an exception, stop the job as :mod:`core.toolkit._supervisor` describes."""
     _outer_exceptions.append(sys.exc_info()[1])
     try:
         return function(*args, **kwargs)

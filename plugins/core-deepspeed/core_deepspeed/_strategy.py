@@ -27,7 +27,7 @@ from core_ddp import DDPStrategy
 from core_ddp._launchers import failing
 
 from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
-from core._lite_checkpoint import restore, to_checkpoint
+from core.toolkit._checkpoint_state import restore, to_checkpoint
 from core_deepspeed import _checkpoint, _import, _release
 from core_deepspeed._config import FLOAT16_PRECISIONS, ZeroSettings, build_config, read_config, zero_stage
 

@@ -16,7 +16,7 @@ from core_mps import MPSAccelerator, mps_unavailable_reason, parse_mps_devices
 
 import core
 from core import parse_devices
-from core._discovery import Catalog, discover
+from core.registry._discovery import Catalog, discover
 
 
 def catalog() -> Catalog:
@@ -96,4 +96,4 @@ def test_on_a_mac_only_single_device_strategies_are_accepted(apple_silicon: None
 def test_declared_priority_and_backend() -> None:
     accelerator = MPSAccelerator()
     assert accelerator.priority == 10
-    assert core._resolver.ask(accelerator, "accelerator", "accelerator_process_group_backend") == "gloo"
+    assert core.registry._resolver.ask(accelerator, "accelerator", "accelerator_process_group_backend") == "gloo"

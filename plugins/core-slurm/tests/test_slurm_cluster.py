@@ -15,7 +15,7 @@ PROBE = Path(__file__).with_name("environment_probe.py")
 DETECT = """
 import warnings
 import core
-from core._resolver import _detect_environment
+from core.registry._resolver import _detect_environment
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     print(_detect_environment(core.discover()).alias)

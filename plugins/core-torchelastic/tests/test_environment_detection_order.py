@@ -41,7 +41,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def detected() -> str:
-    from core._resolver import _detect_environment
+    from core.registry._resolver import _detect_environment
 
     return _detect_environment(core.discover()).alias
 

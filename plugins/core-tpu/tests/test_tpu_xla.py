@@ -16,7 +16,7 @@ from core_tpu import TPUAccelerator, XLAProbe, XLAStrategy, parse_xla_devices, p
 
 import core
 from core import parse_devices
-from core._discovery import Catalog, discover
+from core.registry._discovery import Catalog, discover
 
 
 def catalog() -> Catalog:
@@ -131,5 +131,5 @@ def test_with_a_tpu_the_xla_strategy_refuses_a_single_process(four_tpu_devices: 
 
 def test_declared_priority_backend_and_process_limits() -> None:
     assert TPUAccelerator().priority == 30
-    assert core._resolver.ask(TPUAccelerator(), "accelerator", "accelerator_process_group_backend") == "xla"
+    assert core.registry._resolver.ask(TPUAccelerator(), "accelerator", "accelerator_process_group_backend") == "xla"
     assert XLAStrategy.max_processes is None

@@ -16,9 +16,6 @@ from typing import Any, Final
 import pluggy
 
 from core import hookspecs
-from core._active import ActiveSet
-from core._devices import parse_devices
-from core._discovery import FIRST_PARTY, Catalog, PluginInfo, discover, load, strict_plugins
 from core._errors import (
     BrokenPluginError,
     ConfigurationError,
@@ -29,6 +26,9 @@ from core._errors import (
 )
 from core._markers import PROJECT_NAME
 from core._records import KINDS, SUPPORTS_ANYTHING, ResolvedConfig, Supports
+from core.registry._active import ActiveSet
+from core.registry._devices import parse_devices
+from core.registry._discovery import FIRST_PARTY, Catalog, PluginInfo, discover, load, strict_plugins
 
 DEFAULTS: Final = {"precision": "32-true", "checkpoint_io": "torch"}
 

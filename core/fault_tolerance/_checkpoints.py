@@ -1,20 +1,4 @@
-"""Fault-tolerant training: resumable checkpoints every N steps, and automatic resume after a crash.
-
-For your own ``Lite`` loop, :class:`ResumableCheckpoints`::
-
-    checkpoints = ResumableCheckpoints(lite, "checkpoints", every_n_steps=100, keep=2)
-    state = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
-    step = checkpoints.restore(state)          # 0 on a fresh start; else the step of the newest complete one
-    for epoch in range(checkpoints.epoch, max_epochs):
-        for batch in checkpoints.batches(loader, epoch):   # skips what a resumed epoch already trained on
-            ...                                            # forward, lite.backward, optimizer.step
-            step += 1
-            checkpoints.maybe_save(state, step)
-    checkpoints.finish()
-
-For the Trainer, the :class:`FaultTolerance` callback does the same around ``fit``. See
-docs/fault-tolerance.md for the guarantees and for resuming under torchrun, SLURM or by hand.
-"""
+"""Resumable checkpoints every N steps for a ``Lite`` loop (:class:`ResumableCheckpoints`)."""
 
 from __future__ import annotations
 
@@ -25,14 +9,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import torch
 
 from core._errors import CheckpointError, ConfigurationError
-from core._fault_tolerance import CHECKPOINT_NAME, FORMAT, MARKER_NAME, CheckpointDirectory, Resumer
-from core._fault_tolerance_callback import FaultTolerance
-from core._trainer_checkpoint import capture_rng, gather_rng, restore_rng, rng_of_rank
+from core.fault_tolerance._resumer import FORMAT, CheckpointDirectory, Resumer
+from core.trainer._checkpoint import capture_rng, gather_rng, restore_rng, rng_of_rank
 
 if TYPE_CHECKING:
     from core.lite import Lite
 
-__all__ = ["CHECKPOINT_NAME", "MARKER_NAME", "CheckpointDirectory", "FaultTolerance", "ResumableCheckpoints"]
+__all__ = ["ResumableCheckpoints"]
 
 T = TypeVar("T")
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from core._trainer_data import PreparedLoader
-from core._trainer_logging import EPOCH, EVAL_BATCH, MetricStore
+from core.trainer._data import PreparedLoader
+from core.trainer._logging import EPOCH, EVAL_BATCH, MetricStore
 
 if TYPE_CHECKING:
     from core.trainer import Trainer

@@ -22,11 +22,11 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from core import _storage
 from core._errors import CheckpointError, ConfigurationError
+from core.toolkit import _storage
 
 if TYPE_CHECKING:
-    from core._active import ActiveSet
+    from core.registry._active import ActiveSet
 
 FORMAT: Final = "core.resumable/1"
 MARKER_NAME: Final = "COMPLETE"

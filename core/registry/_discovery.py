@@ -21,8 +21,8 @@ from core._errors import (
     PluginDisabledError,
     UnknownPluginError,
 )
-from core._metadata import EntryPointRecord, canonical_name, entry_points, requirement_on, satisfies
 from core._records import ENTRY_POINT_GROUPS, KINDS
+from core.registry._metadata import EntryPointRecord, canonical_name, entry_points, requirement_on, satisfies
 
 CORE_DISTRIBUTION: Final = "core"
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from core._lite_hooks import BoundHooks
+from core.lite._hooks import BoundHooks
 
 Hook = Callable[..., Any]
 

@@ -18,11 +18,11 @@ import attrs
 import torch
 
 from core._errors import ConfigurationError, CoreWarning
-from core._trainer_checkpoint import FitProgress, find_last, restore_checkpoint_state
-from core._trainer_data import find_loaders, prepare_eval_loader, prepare_train_loader
-from core._trainer_logging import MetricStore
-from core._trainer_optim import parse_optimizers
 from core.callbacks._callback import CallbackHooks
+from core.trainer._checkpoint import FitProgress, find_last, restore_checkpoint_state
+from core.trainer._data import find_loaders, prepare_eval_loader, prepare_train_loader
+from core.trainer._logging import MetricStore
+from core.trainer._optim import parse_optimizers
 
 if TYPE_CHECKING:
     from core.lite import Lite
@@ -125,7 +125,7 @@ def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | No
     """The checkpoint to load, decided on global rank 0 and sent to every rank."""
     if ckpt_path is None and stage == "fit":
         # A FaultTolerance callback resumes from its newest complete checkpoint (collective: every rank asks).
-        from core._fault_tolerance_callback import FaultTolerance
+        from core.fault_tolerance._callback import FaultTolerance
 
         for fault_tolerance in trainer.callbacks:
             if isinstance(fault_tolerance, FaultTolerance):
@@ -254,8 +254,8 @@ def run_stage(
     launcher_pid: int,
 ) -> Any:
     """Run ``stage`` in this process; return its result, or an :class:`Outcome` from a process of ddp_spawn."""
-    from core._trainer_eval import run_evaluation, run_predict
-    from core._trainer_loops import run_fit
+    from core.trainer._eval import run_evaluation, run_predict
+    from core.trainer._loops import run_fit
 
     _attach(trainer, lite, stage, module, datamodule)
     status = "failed"

@@ -28,16 +28,16 @@ from typing import Any, Final, TypeVar, cast, overload
 import torch
 from torch.utils.data import DataLoader
 
-from core._active import ActiveSet
-from core._collections import apply_to_tensors
 from core._errors import BrokenPluginError, CheckpointError, ConfigurationError, CoreDeprecationWarning, CoreError
-from core._lite_checkpoint import PRECISION_KEY, Filter, is_stateful, restore, to_checkpoint
-from core._lite_data import with_distributed_sampler
-from core._lite_hooks import BoundHooks
-from core._lite_wrappers import LiteDataLoader, LiteModule, LiteOptimizer, wrap_optimizer
-from core._resolver import resolve
-from core._seed import reset_seed, seeds_workers, worker_init_function
-from core._seed import seed_everything as _seed_everything
+from core.lite._data import with_distributed_sampler
+from core.lite._hooks import BoundHooks
+from core.lite._seed import reset_seed, seeds_workers, worker_init_function
+from core.lite._seed import seed_everything as _seed_everything
+from core.lite._wrappers import LiteDataLoader, LiteModule, LiteOptimizer, wrap_optimizer
+from core.registry._active import ActiveSet
+from core.registry._resolver import resolve
+from core.toolkit._checkpoint_state import PRECISION_KEY, Filter, is_stateful, restore, to_checkpoint
+from core.toolkit._collections import apply_to_tensors
 
 __all__ = ["Lite", "LiteDataLoader", "LiteModule", "LiteOptimizer"]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from core._active import ActiveSet
+    from core.registry._active import ActiveSet
 
 Hook = Callable[..., Any]
 

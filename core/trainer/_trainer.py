@@ -5,9 +5,9 @@ launches a :class:`core.Lite` run with the same settings and drives the loops th
 splitting, backward, gradient sync, collectives, checkpoints). So every strategy and precision that works
 with ``Lite`` works with the Trainer.
 
-Reading order: this module (flags, the public API and what a run exposes); ``core._trainer_run`` (one run:
-setup, restore, teardown); ``core._trainer_loops`` (fit) and ``core._trainer_eval`` (validate, test,
-predict); ``core._trainer_checkpoint`` (the checkpoint); ``core._trainer_logging`` (``self.log``).
+Reading order: this module (flags, the public API and what a run exposes); ``core.trainer._run`` (one run:
+setup, restore, teardown); ``core.trainer._loops`` (fit) and ``core.trainer._eval`` (validate, test,
+predict); ``core.trainer._checkpoint`` (the checkpoint); ``core.trainer._logging`` (``self.log``).
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import Any
 import torch
 
 from core._errors import ConfigurationError, CoreError
-from core._trainer_checkpoint import FitProgress, check_ckpt_path, checkpoint_state
-from core._trainer_data import check_limit
-from core._trainer_logging import MetricStore
-from core._trainer_optim import SchedulerConfig
 from core.callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
 from core.callbacks._callback import CallbackHooks
 from core.callbacks.progress import default_progress_bar
 from core.lite import Lite
 from core.loggers import CSVLogger, Logger
 from core.module import DataModule, Module
+from core.trainer._checkpoint import FitProgress, check_ckpt_path, checkpoint_state
+from core.trainer._data import check_limit
+from core.trainer._logging import MetricStore
+from core.trainer._optim import SchedulerConfig
 
 __all__ = ["Trainer"]
 
@@ -341,7 +341,7 @@ class Trainer:
     def _launch(
         self, stage: str, model: Module, datamodule: DataModule | None, loaders: dict[str, Any], ckpt_path: Any
     ) -> Any:
-        from core._trainer_run import Outcome, run_stage
+        from core.trainer._run import Outcome, run_stage
 
         if not isinstance(model, Module):
             raise ConfigurationError(f"{stage}() takes a core.Module, got {type(model).__qualname__}.")

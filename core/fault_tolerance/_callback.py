@@ -6,9 +6,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from core._errors import ConfigurationError
-from core._fault_tolerance import CheckpointDirectory, Resumer
-from core._trainer_checkpoint import checkpoint_state
 from core.callbacks._callback import Callback
+from core.fault_tolerance._resumer import CheckpointDirectory, Resumer
+from core.trainer._checkpoint import checkpoint_state
 
 if TYPE_CHECKING:
     from core.module import Module

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from core._errors import ConfigurationError
-from core._trainer_checkpoint import restore_rng, snapshot_rng
-from core._trainer_data import PreparedLoader, epoch_setters
-from core._trainer_eval import validate_in_fit
-from core._trainer_logging import EPOCH, TRAIN_BATCH
-from core._trainer_optim import step_schedulers
+from core.trainer._checkpoint import restore_rng, snapshot_rng
+from core.trainer._data import PreparedLoader, epoch_setters
+from core.trainer._eval import validate_in_fit
+from core.trainer._logging import EPOCH, TRAIN_BATCH
+from core.trainer._optim import step_schedulers
 
 if TYPE_CHECKING:
     from core.trainer import Trainer

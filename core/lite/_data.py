@@ -15,7 +15,7 @@ from torch.utils.data import (
 )
 
 from core._errors import ConfigurationError
-from core._seed import global_seed
+from core.lite._seed import global_seed
 
 # Arguments that describe the sampling; every other DataLoader argument is copied from the loader.
 _SAMPLING: Final = frozenset({"self", "dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"})
