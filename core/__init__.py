@@ -24,6 +24,7 @@ from core._errors import (
 )
 from core._markers import hookimpl, hookspec
 from core._records import ClusterInfo, ResolvedConfig, Supports
+from core._traits import TRAITS, PluginObject, PluginTraits, traits_of
 
 __version__ = "0.1.0"
 
@@ -66,6 +67,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "TRAITS",
     "ActiveSet",
     "BrokenPluginError",
     "Callback",
@@ -84,6 +86,8 @@ __all__ = [
     "PluginConflictError",
     "PluginDisabledError",
     "PluginInfo",
+    "PluginObject",
+    "PluginTraits",
     "PluginUnavailableError",
     "ResolvedConfig",
     "Supports",
@@ -96,4 +100,5 @@ __all__ = [
     "parse_devices",
     "resolve",
     "seed_everything",
+    "traits_of",
 ]

@@ -53,11 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def processes_per_node(accelerator: str, strategy: str, devices: str, num_nodes: int) -> int:
     """How many processes this node runs, from the resolved configuration (validates the options)."""
+    from core._traits import traits_of
     from core.registry._resolver import resolve
 
     active = resolve(accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes)
     # A strategy that drives several devices from one process (``dp``) says so; the rest run one per device.
-    if not getattr(active.strategy, "process_per_device", True):
+    if not traits_of(active.strategy, "strategy").process_per_device:
         return 1
     return active.config.devices_per_node
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from core._errors import CoreError
 from core._records import KINDS
+from core._traits import traits_of
 from core.hookspecs import CONTRACT_VERSION
 from core.plugins._contract import ContractReport, inspect_contract
 from core.registry._discovery import Catalog, PluginInfo, discover, load
@@ -83,23 +84,15 @@ def _check_one(info: PluginInfo) -> tuple[str, str, object | None]:
         plugin = load(info)
         _contracts[info.pinned_name] = inspect_contract(plugin)
         _register(_manager(), info.kind, info.alias, plugin)
+        explained = traits_of(plugin, info.kind, info.alias).reason_unavailable()
         if info.kind == "accelerator" and not ask(plugin, info.kind, "accelerator_is_available"):
-            reason = getattr(plugin, "unavailable_reason", None) or "no device of this kind is visible"
-            return "unavailable", str(reason() if callable(reason) else reason), plugin
+            return "unavailable", explained or "no device of this kind is visible", plugin
         # Any kind may explain why it cannot run here (a strategy whose library does not import).
-        explained = _unavailable_reason(plugin)
         if explained:
             return "unavailable", explained, plugin
     except CoreError as error:
         return "broken", str(error), None
     return "usable", "", plugin
-
-
-def _unavailable_reason(plugin: object) -> str | None:
-    """The plugin's optional ``unavailable_reason`` (an attribute or a method): why it cannot run, or None."""
-    reason = getattr(plugin, "unavailable_reason", None)
-    value = reason() if callable(reason) else reason
-    return str(value) if value else None
 
 
 def _auto_choices(catalog: Catalog) -> dict[str, str]:

@@ -9,16 +9,14 @@ implementation registers, which is what every run does; this module reads the sa
 from __future__ import annotations
 
 import inspect
-from typing import Final
 
 import attrs
 import pluggy
 
 from core import hookspecs
+from core._errors import CoreError
 from core._markers import PROJECT_NAME
-
-CONTRACT_ATTRIBUTE: Final = "contract_version"
-"""The optional plugin attribute naming the contract version the plugin was written for."""
+from core._traits import traits_of
 
 
 @attrs.frozen
@@ -62,10 +60,10 @@ class ContractReport:
 
 
 def _declared_version(plugin: object) -> int | None:
-    value = getattr(plugin, CONTRACT_ATTRIBUTE, None)
-    if isinstance(value, bool) or not isinstance(value, int):
+    try:
+        return traits_of(plugin).contract_version
+    except CoreError:  # a plugin with broken traits is reported by its registration, not here
         return None
-    return value
 
 
 def implemented_hooks(plugin: object) -> dict[str, list[str]]:

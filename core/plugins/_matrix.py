@@ -15,7 +15,8 @@ from typing import Any, Final
 import attrs
 
 from core._errors import ConfigurationError, CoreDeprecationWarning, CoreError
-from core._records import SUPPORTS_ANYTHING, Supports
+from core._records import Supports
+from core._traits import traits_of
 from core.registry._discovery import Catalog, PluginInfo, load
 
 PAIRS: Final = (("precision", "accelerator"), ("strategy", "accelerator"), ("precision", "strategy"))
@@ -94,11 +95,11 @@ def _load_members(
         plugin = _load_quietly(info, skipped)
         if plugin is None:
             continue
-        name = str(getattr(plugin, "name", info.alias))
+        traits = traits_of(plugin, kind, info.alias)
+        name = traits.name
         known = members.get(name)
         if known is None:
-            supports = getattr(plugin, "supports", SUPPORTS_ANYTHING)
-            members[name] = Member(kind, name, (info.alias,), info.distribution, supports)
+            members[name] = Member(kind, name, (info.alias,), info.distribution, traits.supports)
             plugins[name] = plugin
         else:
             members[name] = attrs.evolve(known, aliases=tuple(sorted({*known.aliases, info.alias})))

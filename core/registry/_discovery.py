@@ -6,9 +6,11 @@ code, and it is called for the plugins a run selects (or, with ``--check``, for 
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import attrs
@@ -26,38 +28,29 @@ from core.registry._metadata import EntryPointRecord, canonical_name, entry_poin
 
 CORE_DISTRIBUTION: Final = "core"
 
-# Aliases that a first-party distribution provides, so that an unknown alias can say what to install.
-FIRST_PARTY: Final[dict[tuple[str, str], str]] = {
-    **{("strategy", alias): "core-ddp" for alias in (
-        "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_unused_parameters_true", "dp",
-    )},
-    ("strategy", "fsdp"): "core-fsdp",
-    ("strategy", "fsdp_cpu_offload"): "core-fsdp",
-    **{("strategy", alias): "core-deepspeed" for alias in (
-        "deepspeed", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_2_offload",
-        "deepspeed_stage_3", "deepspeed_stage_3_offload",
-    )},
-    ("strategy", "xla"): "core-tpu",
-    ("strategy", "single_xla"): "core-tpu",
-    ("accelerator", "cuda"): "core-cuda",
-    ("accelerator", "gpu"): "core-cuda",
-    ("accelerator", "mps"): "core-mps",
-    ("accelerator", "tpu"): "core-tpu",
-    **{("precision", alias): "core-amp" for alias in ("16-mixed", "bf16-mixed", "16", "bf16")},
-    ("environment", "torchelastic"): "core-torchelastic",
-    ("environment", "slurm"): "core-slurm",
-    ("environment", "mpi"): "core-mpi",
-    ("environment", "lsf"): "core-lsf",
-    ("environment", "kubeflow"): "core-kubeflow",
-    ("checkpoint_io", "distributed"): "core-dcp",
-    ("extension", "powersgd"): "core-powersgd",
-}
+FIRST_PARTY_INDEX: Final = os.path.join(os.path.dirname(__file__), "first_party.json")
+"""The alias index of first-party distributions (data, not code: adding a plugin never edits the core)."""
 
+
+@functools.lru_cache(maxsize=1)
+def first_party() -> Mapping[tuple[str, str], str]:
+    """``(kind, alias) -> distribution`` for every alias a first-party distribution provides.
+
+    Read from :data:`FIRST_PARTY_INDEX` the first time an unknown alias needs a hint, never on the fast path.
+    """
+    with open(FIRST_PARTY_INDEX, encoding="utf-8") as index:
+        distributions = json.load(index)["distributions"]
+    return {
+        (kind, alias): distribution
+        for distribution, kinds in distributions.items()
+        for kind, aliases in kinds.items()
+        for alias in aliases
+    }
 
 
 def installable_aliases(kind: str) -> dict[str, str]:
     """First-party aliases of ``kind`` with the distribution to ``pip install`` for each."""
-    return {alias: dist for (known_kind, alias), dist in FIRST_PARTY.items() if known_kind == kind}
+    return {alias: dist for (known_kind, alias), dist in first_party().items() if known_kind == kind}
 
 
 STATUS_OK: Final = "ok"
@@ -160,7 +153,7 @@ class Catalog:
             ]
         if not candidates:
             raise UnknownPluginError(
-                kind, name, self.aliases(kind), FIRST_PARTY.get((kind, alias)), installable_aliases(kind)
+                kind, name, self.aliases(kind), first_party().get((kind, alias)), installable_aliases(kind)
             )
         active = [info for info in candidates if info.status != STATUS_DISABLED]
         if not active:

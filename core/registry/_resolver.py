@@ -25,10 +25,11 @@ from core._errors import (
     UnknownPluginError,
 )
 from core._markers import PROJECT_NAME
-from core._records import KINDS, SUPPORTS_ANYTHING, ResolvedConfig, Supports
+from core._records import KINDS, ResolvedConfig, Supports
+from core._traits import PluginTraits, traits_of
 from core.registry._active import ActiveSet
 from core.registry._devices import parse_devices
-from core.registry._discovery import FIRST_PARTY, Catalog, PluginInfo, discover, load, strict_plugins
+from core.registry._discovery import Catalog, PluginInfo, discover, first_party, load, strict_plugins
 
 DEFAULTS: Final = {"precision": "32-true", "checkpoint_io": "torch"}
 
@@ -36,18 +37,19 @@ DEFAULTS: Final = {"precision": "32-true", "checkpoint_io": "torch"}
 class Selection:
     """One chosen plugin: its alias, the distribution it came from, and the object."""
 
-    __slots__ = ("alias", "distribution", "kind", "plugin")
+    __slots__ = ("alias", "distribution", "kind", "plugin", "traits")
 
     def __init__(self, kind: str, alias: str, distribution: str, plugin: object) -> None:
         self.kind = kind
         self.alias = alias
         self.distribution = distribution
         self.plugin = plugin
+        self.traits: PluginTraits = traits_of(plugin, kind, alias)
 
     @property
     def name(self) -> str:
         """The canonical name compatibility rules match (``cuda`` for the ``gpu`` alias)."""
-        return str(getattr(self.plugin, "name", self.alias))
+        return self.traits.name
 
     @property
     def label(self) -> str:
@@ -56,7 +58,7 @@ class Selection:
 
     @property
     def supports(self) -> Supports:
-        return getattr(self.plugin, "supports", SUPPORTS_ANYTHING)
+        return self.traits.supports
 
 
 def plugin_kind(plugin: object) -> str:
@@ -74,7 +76,7 @@ def _from_object(kind: str, plugin: object) -> Selection:
     if found != kind:
         raise ConfigurationError(f"{plugin!r} is a {found} plugin, but it was passed as the {kind}.")
     module = type(plugin).__module__.split(".")[0]
-    return Selection(kind, str(getattr(plugin, "name", type(plugin).__name__)), f"{module} (object)", plugin)
+    return Selection(kind, traits_of(plugin, kind).name, f"{module} (object)", plugin)
 
 
 def _from_alias(catalog: Catalog, kind: str, alias: str) -> Selection:
@@ -85,14 +87,15 @@ def _from_alias(catalog: Catalog, kind: str, alias: str) -> Selection:
 def ask(plugin: object, kind: str, hook_name: str, **kwargs: Any) -> Any:
     """Call one hook of one plugin outside a run (detection, availability), blaming it on failure."""
     manager = _manager()
-    _register(manager, kind, str(getattr(plugin, "name", kind)), plugin)
+    name = traits_of(plugin, kind).name
+    _register(manager, kind, name, plugin)
     try:
         return getattr(manager.hook, hook_name)(**kwargs)
     except CoreError:
         raise
     except Exception as error:
         raise BrokenPluginError(
-            f"The {kind} plugin {getattr(plugin, 'name', plugin)!r} raised in {hook_name}: "
+            f"The {kind} plugin {name!r} raised in {hook_name}: "
             f"{type(error).__name__}: {error}"
         ) from error
 
@@ -104,6 +107,8 @@ def _manager() -> pluggy.PluginManager:
 
 
 def _register(manager: pluggy.PluginManager, kind: str, alias: str, plugin: object) -> None:
+    """Register one plugin object for one run (or one question); its traits and hooks are checked first."""
+    traits_of(plugin, kind, alias)
     where = f"The {kind} plugin {alias!r} ({type(plugin).__module__}.{type(plugin).__qualname__})"
     try:
         manager.register(plugin, name=f"{kind}:{alias}")
@@ -151,7 +156,7 @@ def _load_candidates(catalog: Catalog, kind: str) -> list[Selection]:
     unique: dict[str, Selection] = {}
     for selection in loaded:
         unique.setdefault(selection.name, selection)
-    return sorted(unique.values(), key=lambda s: (-int(getattr(s.plugin, "priority", 0)), s.alias))
+    return sorted(unique.values(), key=lambda s: (-s.traits.priority, s.alias))
 
 
 def _auto_accelerator(catalog: Catalog) -> Selection:
@@ -201,7 +206,7 @@ def _find_plugin_alias(catalog: Catalog, alias: str) -> tuple[str, PluginInfo]:
         )
     if not kinds:
         known = sorted({info.alias for info in catalog.entries if info.selectable})
-        provider = next((dist for (_, known_alias), dist in FIRST_PARTY.items() if known_alias == bare), None)
+        provider = next((dist for (_, known_alias), dist in first_party().items() if known_alias == bare), None)
         raise UnknownPluginError("plugin", alias, known, provider)
     return kinds[0], catalog.lookup(kinds[0], alias)
 
@@ -261,7 +266,7 @@ def _check_num_nodes(num_nodes: object) -> int:
 
 def _auto_strategy(world_size: int, accelerator: Selection) -> str:
     """Lightning's rule, unless the accelerator declares its own (``auto_strategies``, e.g. TPUs use xla)."""
-    declared = getattr(accelerator.plugin, "auto_strategies", None) or {}
+    declared = accelerator.traits.auto_strategies
     if world_size == 1:
         return str(declared.get("single", "single_device"))
     if is_interactive():
@@ -290,7 +295,7 @@ def _check_compatibility(selections: Sequence[Selection]) -> None:
 
 
 def _check_process_count(strategy: Selection, world_size: int, devices: object, num_nodes: int) -> None:
-    limit = getattr(strategy.plugin, "max_processes", None)
+    limit = strategy.traits.max_processes
     if limit is not None and world_size > limit:
         raise ConfigurationError(
             f"The strategy {strategy.alias!r} runs at most {limit} process(es), but devices={devices!r} x "
@@ -329,7 +334,7 @@ def resolve(
         catalog, "precision", DEFAULTS["precision"]
     )
     chosen_environment = _choose(catalog, "environment", None, from_plugins) or _detect_environment(catalog)
-    default_io = str(getattr(chosen_strategy.plugin, "default_checkpoint_io", DEFAULTS["checkpoint_io"]))
+    default_io = chosen_strategy.traits.default_checkpoint_io
     chosen_io = _choose(catalog, "checkpoint_io", None, from_plugins) or _from_alias(
         catalog, "checkpoint_io", default_io
     )

@@ -7,6 +7,7 @@ from typing import ClassVar
 import pytest
 import torch
 
+from core._traits import traits_of
 from core.registry._devices import parse_devices
 from core.testing._base import Conformance
 from core.testing._lite import train_briefly
@@ -26,9 +27,8 @@ class AcceleratorConformance(Conformance):
     def available_plugin(self) -> object:
         plugin = self.make_plugin()
         if not self.call(plugin, self.kind, "accelerator_is_available"):
-            reason = getattr(plugin, "unavailable_reason", None)
-            reason = reason() if callable(reason) else reason
-            pytest.skip(f"{getattr(plugin, 'name', plugin)!r} is not available here: {reason or 'no device'}")
+            traits = traits_of(plugin, self.kind)
+            pytest.skip(f"{traits.name!r} is not available here: {traits.reason_unavailable() or 'no device'}")
         return plugin
 
     def parse(self, plugin: object, devices: object) -> list[int]:

@@ -10,6 +10,7 @@ import pytest
 
 from core._errors import CoreError
 from core._records import ClusterInfo
+from core._traits import traits_of
 from core.registry._discovery import discover
 from core.registry._resolver import _detect_environment
 from core.testing._base import Conformance
@@ -120,7 +121,7 @@ class EnvironmentConformance(Conformance):
         assert not changed, f"environment_teardown left these variables changed: {sorted(changed)}"
 
     def test_priority_is_a_number(self, plugin: object) -> None:
-        priority = getattr(plugin, "priority", 0)
+        priority = traits_of(plugin, self.kind).priority  # raises BrokenPluginError for a non-int priority
         assert isinstance(priority, int) and not isinstance(priority, bool), f"priority = {priority!r}"
 
     def test_auto_detection_picks_it(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from core._traits import traits_of
 from core.testing._base import timeout
 from core.testing._distributed import TEST_TIMEOUT, DistributedRunConformance
 from core.testing._jobs import JobResult
@@ -29,7 +30,7 @@ class StrategyConformance(DistributedRunConformance):
     def world_size(self) -> int:
         if self.devices is not None:
             return self.devices
-        return 1 if getattr(self.make_plugin(), "max_processes", None) == 1 else 2
+        return 1 if traits_of(self.make_plugin(), self.kind).max_processes == 1 else 2
 
     def job_settings(self) -> dict[str, Any]:
         return {"accelerator": self.accelerator, "strategy": self.reference(), "devices": self.world_size()}
