@@ -1,0 +1,45 @@
+"""``import core.lightning as L``: Lightning 2.x's names over core, so a script moves by changing one import.
+
+``L.Fabric`` is :class:`core.Lite`, ``L.LightningModule`` is :class:`core.Module`, ``L.Trainer`` is
+:class:`core.Trainer`, and ``L.pytorch.callbacks``, ``L.pytorch.loggers``, ``L.fabric.strategies`` (and the
+same under ``L.pytorch``) hold the classes that play the parts of Lightning's. Strategy classes come from
+their plugin distributions and are imported only when touched. A Lightning name that core does not provide
+raises :class:`UnsupportedLightningName` saying what to use instead; docs/migrating-from-lightning.md lists
+every name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from core.lightning._names import Target, UnsupportedLightningName, namespace_getattr
+
+if TYPE_CHECKING:
+    from core.callbacks import Callback
+    from core.lite import Lite as Fabric
+    from core.lite import seed_everything
+    from core.module import DataModule as LightningDataModule
+    from core.module import Module as LightningModule
+    from core.trainer import Trainer
+
+TOP_LEVEL: Final = {
+    "Fabric": Target("core.lite", "Lite"),
+    "LightningModule": Target("core.module", "Module"),
+    "LightningDataModule": Target("core.module", "DataModule"),
+    "Trainer": Target("core.trainer", "Trainer"),
+    "Callback": Target("core.callbacks", "Callback"),
+    "seed_everything": Target("core.lite", "seed_everything"),
+}
+"""``lightning``'s own ``__all__`` (without ``__version__``), and where each name lives here."""
+
+__getattr__ = namespace_getattr(__name__, TOP_LEVEL, submodules=("fabric", "pytorch"))
+
+__all__ = [
+    "Callback",
+    "Fabric",
+    "LightningDataModule",
+    "LightningModule",
+    "Trainer",
+    "UnsupportedLightningName",
+    "seed_everything",
+]

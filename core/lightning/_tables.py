@@ -1,0 +1,126 @@
+"""Lightning's names under ``lightning.fabric`` and ``lightning.pytorch``, and their counterparts in core.
+
+One table per Lightning module. Every entry of Lightning's ``__all__`` in that module appears here, either as
+a :class:`Target` or as :class:`Unsupported` with the reason, so that the migration guide can list both and a
+test can check that each target exists.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from core.lightning._names import Entry, Target, Unsupported
+
+_PLUGIN_CLASS = (
+    "core's strategies are plugins selected by alias; write a class with @core.hookimpl methods "
+    "(python -m core.plugins new strategy mine), not a subclass of a Lightning base class."
+)
+
+STRATEGIES: Final[dict[str, Entry]] = {
+    "DDPStrategy": Target("core_ddp", "DDPStrategy", "core-ddp"),
+    "DataParallelStrategy": Target("core_ddp", "DataParallelStrategy", "core-ddp"),
+    "FSDPStrategy": Target("core_fsdp", "FSDPStrategy", "core-fsdp"),
+    "DeepSpeedStrategy": Target("core_deepspeed", "DeepSpeedStrategy", "core-deepspeed"),
+    "ModelParallelStrategy": Target("core_model_parallel", "ModelParallelStrategy", "core-model-parallel"),
+    "SingleDeviceStrategy": Target("core.builtin.strategies", "SingleDeviceStrategy"),
+    "XLAStrategy": Target("core_tpu", "XLAStrategy", "core-tpu"),
+    "SingleTPUStrategy": Target("core_tpu", "SingleXLAStrategy", "core-tpu"),
+    "SingleDeviceXLAStrategy": Target("core_tpu", "SingleXLAStrategy", "core-tpu"),
+    "Strategy": Unsupported("there is no strategy base class.", _PLUGIN_CLASS),
+    "ParallelStrategy": Unsupported("there is no strategy base class.", _PLUGIN_CLASS),
+    "XLAFSDPStrategy": Unsupported(
+        "FSDP on XLA devices is not implemented by core-tpu.", "strategy='xla' (data parallel on TPUs)."
+    ),
+}
+"""``lightning.fabric.strategies`` and ``lightning.pytorch.strategies``."""
+
+ENVIRONMENTS: Final[dict[str, Entry]] = {
+    "LightningEnvironment": Target("core.builtin.environments", "LocalEnvironment"),
+    "SLURMEnvironment": Target("core_slurm", "SLURMEnvironment", "core-slurm"),
+    "TorchElasticEnvironment": Target("core_torchelastic", "TorchElasticEnvironment", "core-torchelastic"),
+    "MPIEnvironment": Target("core_mpi", "MPIEnvironment", "core-mpi"),
+    "LSFEnvironment": Target("core_lsf", "LSFEnvironment", "core-lsf"),
+    "KubeflowEnvironment": Target("core_kubeflow", "KubeflowEnvironment", "core-kubeflow"),
+    "ClusterEnvironment": Unsupported(
+        "there is no environment base class.",
+        "write a class with @core.hookimpl environment_* methods (python -m core.plugins new environment mine).",
+    ),
+    "XLAEnvironment": Unsupported(
+        "core-tpu reads the XLA runtime itself.", "accelerator='tpu' (pip install core-tpu)."
+    ),
+}
+"""``lightning.fabric.plugins.environments`` and ``lightning.pytorch.plugins.environments``."""
+
+ACCELERATORS: Final[dict[str, Entry]] = {
+    "CPUAccelerator": Target("core.builtin.accelerators", "CPUAccelerator"),
+    "CUDAAccelerator": Target("core_cuda", "CUDAAccelerator", "core-cuda"),
+    "MPSAccelerator": Target("core_mps", "MPSAccelerator", "core-mps"),
+    "XLAAccelerator": Target("core_tpu", "TPUAccelerator", "core-tpu"),
+    "Accelerator": Unsupported(
+        "there is no accelerator base class.",
+        "write a class with @core.hookimpl accelerator_* methods (python -m core.plugins new accelerator mine).",
+    ),
+}
+"""``lightning.fabric.accelerators`` and ``lightning.pytorch.accelerators``."""
+
+_NEW_CALLBACK = "a Callback subclass with the hooks you need (core.callbacks.Callback has Lightning's hook names)."
+
+CALLBACKS: Final[dict[str, Entry]] = {
+    **{
+        name: Target("core.callbacks", name)
+        for name in (
+            "BackboneFinetuning",
+            "BaseFinetuning",
+            "BasePredictionWriter",
+            "BatchSizeFinder",
+            "Callback",
+            "Checkpoint",
+            "DeviceStatsMonitor",
+            "EarlyStopping",
+            "EMAWeightAveraging",
+            "GradientAccumulationScheduler",
+            "LambdaCallback",
+            "LearningRateFinder",
+            "LearningRateMonitor",
+            "ModelCheckpoint",
+            "ModelSummary",
+            "OnExceptionCheckpoint",
+            "ProgressBar",
+            "RichModelSummary",
+            "RichProgressBar",
+            "StochasticWeightAveraging",
+            "ThroughputMonitor",
+            "Timer",
+            "TQDMProgressBar",
+            "WeightAveraging",
+        )
+    },
+    "EmailCallback": Unsupported("sending mail is outside a training toolkit's job.", _NEW_CALLBACK),
+    "ModelPruning": Unsupported(
+        "not implemented.", "torch.nn.utils.prune from a Callback's on_train_epoch_end, or " + _NEW_CALLBACK
+    ),
+    "SpikeDetection": Unsupported("not implemented.", _NEW_CALLBACK),
+}
+"""``lightning.pytorch.callbacks``."""
+
+LOGGERS: Final[dict[str, Entry]] = {
+    "Logger": Target("core.loggers", "Logger"),
+    "CSVLogger": Target("core.loggers", "CSVLogger"),
+    "TensorBoardLogger": Target("core.loggers", "TensorBoardLogger"),
+    "MLFlowLogger": Target("core.loggers", "MLFlowLogger"),
+    "WandbLogger": Target("core.loggers", "WandbLogger"),
+    "CometLogger": Unsupported("not implemented.", "MLFlowLogger, WandbLogger, or a core.loggers.Logger subclass."),
+    "NeptuneLogger": Unsupported("not implemented.", "MLFlowLogger, WandbLogger, or a core.loggers.Logger subclass."),
+}
+"""``lightning.pytorch.loggers`` (``lightning.fabric.loggers`` holds the CSV and TensorBoard ones)."""
+
+FABRIC_LOGGERS: Final[dict[str, Entry]] = {name: LOGGERS[name] for name in ("Logger", "CSVLogger", "TensorBoardLogger")}
+"""``lightning.fabric.loggers``."""
+
+UTILITIES: Final[dict[str, Entry]] = {
+    "rank_zero_only": Target("core.lightning._rank_zero", "rank_zero_only"),
+    "rank_zero_info": Target("core.lightning._rank_zero", "rank_zero_info"),
+    "rank_zero_warn": Target("core.lightning._rank_zero", "rank_zero_warn"),
+    "seed_everything": Target("core.lite", "seed_everything"),
+}
+"""The commonly imported part of ``lightning.pytorch.utilities`` and ``lightning.fabric.utilities``."""

@@ -1,0 +1,21 @@
+"""``lightning.pytorch``: the Trainer, LightningModule and callbacks over core's."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from core.lightning._names import Target, namespace_getattr
+
+PYTORCH: Final = {
+    "Trainer": Target("core.trainer", "Trainer"),
+    "LightningModule": Target("core.module", "Module"),
+    "LightningDataModule": Target("core.module", "DataModule"),
+    "Callback": Target("core.callbacks", "Callback"),
+    "seed_everything": Target("core.lite", "seed_everything"),
+}
+
+__getattr__ = namespace_getattr(
+    __name__,
+    PYTORCH,
+    submodules=("accelerators", "callbacks", "loggers", "plugins", "strategies", "utilities"),
+)

@@ -1,0 +1,106 @@
+"""``import core.lightning as L``: Lightning's names over core's, lazily, with clear errors for the rest."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import core
+import core.lightning as L
+from core.lightning import _tables
+from core.lightning._names import Target, Unsupported, UnsupportedLightningName, resolve_name
+
+
+def test_importing_the_namespace_imports_neither_torch_nor_any_plugin() -> None:
+    code = (
+        "import sys, core.lightning as L, core.lightning.pytorch.callbacks, core.lightning.fabric.strategies; "
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('core_')))"
+    )
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert finished.stdout.strip() == "[]"
+
+
+def test_the_top_level_names_are_core_classes() -> None:
+    assert L.Fabric is core.Lite
+    assert L.LightningModule is core.Module
+    assert L.LightningDataModule is core.DataModule
+    assert L.Trainer is core.Trainer
+    assert L.Callback is core.Callback
+    assert L.seed_everything is core.seed_everything
+    assert L.pytorch.Trainer is core.Trainer
+    assert L.fabric.Fabric is core.Lite
+
+
+def test_from_imports_of_submodules_work_as_with_lightning() -> None:
+    import core_ddp
+    import core_fsdp
+    import core_slurm
+
+    from core.lightning.fabric.plugins.environments import SLURMEnvironment
+    from core.lightning.fabric.strategies import DDPStrategy, FSDPStrategy
+    from core.lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+    from core.lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    assert DDPStrategy is core_ddp.DDPStrategy and FSDPStrategy is core_fsdp.FSDPStrategy
+    assert SLURMEnvironment is core_slurm.SLURMEnvironment
+    assert ModelCheckpoint is core.callbacks.ModelCheckpoint and EarlyStopping is core.callbacks.EarlyStopping
+    assert CSVLogger is core.loggers.CSVLogger and TensorBoardLogger is core.loggers.TensorBoardLogger
+
+
+def test_a_lightning_strategy_object_is_accepted_by_lite_as_in_fabric() -> None:
+    strategy = L.fabric.strategies.DDPStrategy(find_unused_parameters=True, process_group_backend="gloo")
+    active = core.resolve(accelerator="cpu", strategy=strategy, devices=2)
+    assert active.config.strategy == "ddp"
+    assert active.strategy is strategy
+
+
+def test_an_unsupported_lightning_name_says_why_and_what_to_use_instead() -> None:
+    with pytest.raises(UnsupportedLightningName) as excinfo:
+        L.pytorch.callbacks.ModelPruning  # noqa: B018
+    message = str(excinfo.value)
+    assert "core.lightning.pytorch.callbacks.ModelPruning is not supported by core" in message
+    assert "torch.nn.utils.prune" in message
+    assert isinstance(excinfo.value, core.CoreError) and not isinstance(excinfo.value, AttributeError)
+    with pytest.raises(UnsupportedLightningName, match="there is no strategy base class"):
+        from core.lightning.fabric.strategies import Strategy  # noqa: F401
+
+
+def test_a_misspelt_name_suggests_the_close_ones() -> None:
+    with pytest.raises(UnsupportedLightningName, match=r"core.lightning.Fabrik is not a Lightning name .* 'Fabric'"):
+        L.Fabrik  # noqa: B018
+
+
+def test_private_and_dunder_names_stay_attribute_errors_for_tools_that_probe_modules() -> None:
+    assert not hasattr(L, "__wrapped__")
+    assert not hasattr(L.pytorch.callbacks, "_private")
+
+
+def test_a_name_from_an_uninstalled_distribution_says_what_to_install() -> None:
+    table = {"FancyStrategy": Target("core_fancy_not_installed", "FancyStrategy", "core-fancy")}
+    with pytest.raises(UnsupportedLightningName, match=r"provided by core-fancy, which is not installed .*"
+                       r"pip install core-fancy"):
+        resolve_name("lightning.fabric.strategies", "FancyStrategy", table)
+
+
+def test_every_table_entry_is_a_target_or_says_what_to_use_instead() -> None:
+    tables = [value for name, value in vars(_tables).items() if name.isupper() and isinstance(value, dict)]
+    assert len(tables) >= 6
+    for table in tables:
+        for entry in table.values():
+            assert isinstance(entry, (Target, Unsupported))
+            if isinstance(entry, Unsupported):
+                assert entry.why and entry.instead
+
+
+def test_rank_zero_only_runs_on_rank_zero_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.lightning.pytorch.utilities import rank_zero_only
+
+    calls = []
+    record = rank_zero_only(calls.append)
+    monkeypatch.setenv("RANK", "1")
+    assert record("on rank 1") is None
+    monkeypatch.setenv("RANK", "0")
+    record("on rank 0")
+    assert calls == ["on rank 0"]
