@@ -253,6 +253,20 @@ def environment_validate_settings(devices_per_node: int, num_nodes: int) -> None
 
 
 @hookspec(firstresult=True)
+def environment_processes_per_node() -> int | None:
+    """How many processes the launcher started on this node, for a run that left ``devices="auto"``.
+
+    :return: The launcher's process count per node (``horovodrun -np 2`` on one host: 2), or ``None`` to
+        let the accelerator choose its default.
+
+    Implemented by environments whose launcher fixes the process count (optional). Called during
+    resolution only when the user passed ``devices="auto"``; the accelerator then parses that count as if
+    the user had written ``devices=<count>``, so a script started by the launcher needs no ``devices=``.
+    Added in contract 1 before its first release. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
 def environment_teardown() -> None:
     """Undo what the environment changed in this process (environment variables it set).
 

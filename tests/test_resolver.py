@@ -332,3 +332,40 @@ def test_accelerator_can_declare_its_auto_strategies(installed: Installer) -> No
     catalog = only_from("core-fake-xla")
     assert core.resolve(accelerator=XlaLike(), devices=2, catalog=catalog).config.strategy == "fake_xla"
     assert core.resolve(accelerator=XlaLike(), devices=1, catalog=catalog).config.strategy == "single_device"
+
+
+class _LauncherEnvironment:
+    """An environment whose launcher started ``started`` processes on this node (like horovodrun -np N)."""
+
+    kind = "environment"
+    name = "launcher"
+
+    def __init__(self, started: object) -> None:
+        self.started = started
+
+    @core.hookimpl
+    def environment_creates_processes_externally(self) -> bool:
+        return True
+
+    @core.hookimpl
+    def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> core.ClusterInfo:
+        return core.ClusterInfo(world_size=devices_per_node * num_nodes, global_rank=0, local_rank=0, node_rank=0,
+                                main_address="127.0.0.1", main_port=29500)
+
+    @core.hookimpl
+    def environment_processes_per_node(self) -> object:
+        return self.started
+
+
+def test_devices_auto_takes_the_process_count_the_launcher_started() -> None:
+    active = core.resolve(accelerator="cpu", plugins=[_LauncherEnvironment(3)])
+    assert active.config.device_ids == (0, 1, 2)
+    assert active.config.strategy == "ddp"  # several processes: the auto strategy follows the count
+    explicit = core.resolve(accelerator="cpu", devices=2, plugins=[_LauncherEnvironment(3)])
+    assert explicit.config.device_ids == (0, 1)  # an explicit devices= is the user's, never overridden
+    assert core.resolve(accelerator="cpu", plugins=[_LauncherEnvironment(None)]).config.device_ids == (0,)
+
+
+def test_a_bad_process_count_from_an_environment_is_blamed_on_it() -> None:
+    with pytest.raises(core.BrokenPluginError, match="'launcher' returned 0 from environment_processes_per_node"):
+        core.resolve(accelerator="cpu", plugins=[_LauncherEnvironment(0)])

@@ -28,7 +28,7 @@ from core._markers import PROJECT_NAME
 from core._records import KINDS, ResolvedConfig, Supports
 from core._traits import PluginTraits, traits_of
 from core.registry._active import ActiveSet
-from core.registry._devices import parse_devices
+from core.registry._devices import DeviceRequest, parse_devices
 from core.registry._discovery import Catalog, PluginInfo, discover, first_party, load, strict_plugins
 
 DEFAULTS: Final = {"precision": "32-true", "checkpoint_io": "torch"}
@@ -304,6 +304,21 @@ def _check_process_count(strategy: Selection, world_size: int, devices: object, 
         )
 
 
+def _devices_request(devices: object, environment: Selection) -> DeviceRequest:
+    """The parsed ``devices``; ``"auto"`` becomes the launcher's process count when the environment fixes it."""
+    request = parse_devices(devices)
+    if request.auto:
+        started = ask(environment.plugin, "environment", "environment_processes_per_node")
+        if started is not None:
+            if isinstance(started, bool) or not isinstance(started, int) or started < 1:
+                raise BrokenPluginError(
+                    f"The environment {environment.alias!r} returned {started!r} from "
+                    "environment_processes_per_node; expected a whole number >= 1 or None."
+                )
+            return DeviceRequest(count=started)
+    return request
+
+
 def resolve(
     accelerator: object = "auto",
     strategy: object = "auto",
@@ -319,7 +334,8 @@ def resolve(
     nodes = _check_num_nodes(num_nodes)
 
     chosen_accelerator = _choose(catalog, "accelerator", accelerator, from_plugins) or _auto_accelerator(catalog)
-    request = parse_devices(devices)
+    chosen_environment = _choose(catalog, "environment", None, from_plugins) or _detect_environment(catalog)
+    request = _devices_request(devices, chosen_environment)
     device_ids = ask(chosen_accelerator.plugin, "accelerator", "accelerator_parse_devices", devices=request)
     if not device_ids:
         raise BrokenPluginError(
@@ -333,7 +349,6 @@ def resolve(
     chosen_precision = _choose(catalog, "precision", _normalise_precision(precision), from_plugins) or _from_alias(
         catalog, "precision", DEFAULTS["precision"]
     )
-    chosen_environment = _choose(catalog, "environment", None, from_plugins) or _detect_environment(catalog)
     default_io = chosen_strategy.traits.default_checkpoint_io
     chosen_io = _choose(catalog, "checkpoint_io", None, from_plugins) or _from_alias(
         catalog, "checkpoint_io", default_io
