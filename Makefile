@@ -21,6 +21,8 @@ $(STAMP): pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(DISTS)) $
 	# torch first, from the pin in constraints.txt: an unpinned resolve would pull CUDA wheels.
 	$(PIP) install --quiet -c constraints.txt torch
 	$(PIP) install --quiet -c constraints.txt -e '.[test]' $(addprefix -e ,$(DISTS))
+	# Horovod has no wheel for torch 2.x: core-horovod builds its sdist once (C++17) and caches the wheel.
+	if [ -d contrib/core-horovod ]; then $(PY) -m core_horovod.install --if-missing; fi
 	touch $(STAMP)
 
 lint: setup

@@ -68,6 +68,9 @@ class DistributedRunConformance(Conformance):
     """Processes in the job; ``None``: 2, or 1 for a strategy with ``max_processes = 1``."""
     cases: ClassVar[tuple[str, ...]] = ()
     job_timeout: ClassVar[float] = JOB_TIMEOUT
+    launcher: ClassVar[tuple[str, ...]] = ()
+    """A command that starts the job's ranks itself, put before ``python -m core.testing._worker``
+    (``("horovodrun", "-np", "2", "-H", "localhost:2", "--gloo")``); empty: the strategy launches them."""
 
     def job_settings(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -81,7 +84,9 @@ class DistributedRunConformance(Conformance):
         if cls not in _jobs:
             directory = tmp_path_factory.mktemp(f"conformance-{cls.__name__}")
             spec = {"settings": self.job_settings(), "cases": list(self.cases), "world_size": self.world_size()}
-            _jobs[cls] = run_job(spec, directory, self.job_timeout, caller_python_path())
+            _jobs[cls] = run_job(
+                spec, directory, self.job_timeout, caller_python_path(), launcher=tuple(self.launcher)
+            )
         return _jobs[cls]
 
     @staticmethod
@@ -189,9 +194,14 @@ class DistributedRunConformance(Conformance):
     def test_clean_teardown(self, job: JobResult) -> None:
         assert not job.timed_out, job.describe()
         assert job.returncode == 0, job.describe()
-        assert job.launcher_pid in job.after_launch, (
-            f"the launching process never returned from launch(): {job.describe()}"
-        )
+        if self.launcher:  # ranks started by an outside launcher: each of them returns from launch()
+            assert len(job.after_launch) == job.world_size, (
+                f"{job.world_size - len(job.after_launch)} rank(s) never returned from launch(): {job.describe()}"
+            )
+        else:
+            assert job.launcher_pid in job.after_launch, (
+                f"the launching process never returned from launch(): {job.describe()}"
+            )
         alive = [pid for pid, report in job.after_launch.items() if report["process_group_initialized"]]
         assert not alive, f"processes {alive} still had a process group after launch() returned"
         assert not job.leftovers, f"processes {list(job.leftovers)} of the job were still running after it ended"

@@ -103,14 +103,19 @@ def run_job(
     timeout: float,
     python_path: Sequence[str] = (),
     linger: float = 5.0,
+    launcher: Sequence[str] = (),
 ) -> JobResult:
-    """Run ``python -m core.testing._worker SPEC`` and collect what each rank wrote into ``directory``."""
+    """Run ``python -m core.testing._worker SPEC`` and collect what each rank wrote into ``directory``.
+
+    :param launcher: A command that starts the ranks itself, put before the worker's command
+        (``["horovodrun", "-np", "2", ...]``); empty to let the strategy launch them.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     spec_file = directory / "spec.json"
     spec_file.write_text(json.dumps({**spec, "out": str(directory)}))
     token = uuid.uuid4().hex
     process = subprocess.Popen(
-        [sys.executable, "-m", "core.testing._worker", str(spec_file)],
+        [*launcher, sys.executable, "-m", "core.testing._worker", str(spec_file)],
         env=job_environment(token, python_path),
         cwd=directory,
         stdout=subprocess.PIPE,

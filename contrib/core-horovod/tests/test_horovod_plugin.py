@@ -1,0 +1,93 @@
+"""core-horovod without a job: listing, --check, detection, the install cache, the loopback wrapper."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import core
+from core_horovod import HorovodEnvironment, HorovodStrategy, derived_port, install, read_ranks
+from core_horovod.run import bind_address, hosts_of
+
+HOROVODRUN_VARIABLES = {
+    "HOROVOD_RANK": "1", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
+    "HOROVOD_CROSS_RANK": "0", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": "41234",
+}
+
+
+def test_listing_shows_both_plugins_without_importing_torch_or_horovod() -> None:
+    code = ("import sys; from core.plugins import main; main([]); "
+            "print('imported:', sorted(m for m in ('torch', 'horovod', 'core_horovod') if m in sys.modules))")
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    rows = [line.split() for line in finished.stdout.splitlines() if "core-horovod" in line]
+    assert [row[:2] for row in rows] == [["strategy", "horovod"], ["environment", "horovod"]]
+    assert "imported: []" in finished.stdout
+
+
+def test_check_says_why_horovod_is_unusable_when_it_is_missing_and_how_to_install_it() -> None:
+    # Hide the installed Horovod the way a machine without it looks: the import fails.
+    code = "import sys; sys.modules['horovod'] = None; from core.plugins import main; main(['--check'])"
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    line = next(line for line in finished.stdout.splitlines() if line.startswith("strategy") and "horovod" in line)
+    assert "unavailable: Horovod with PyTorch support is not importable" in line
+    assert "install it: python -m core_horovod.install" in line
+
+
+def test_the_environment_claims_horovodrun_ranks_and_gives_the_launchers_process_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in HOROVODRUN_VARIABLES.items():
+        monkeypatch.setenv(name, value)
+    ranks = read_ranks()
+    assert (ranks.global_rank, ranks.world_size, ranks.local_rank, ranks.local_size, ranks.num_nodes) == (1, 4, 1, 2, 2)
+    environment = HorovodEnvironment()
+    assert environment.environment_detect() is environment
+    assert environment.environment_processes_per_node() == 2
+    info = environment.environment_cluster_info(devices_per_node=2, num_nodes=2)
+    assert info.main_port == derived_port("127.0.0.1:41234") and 20000 <= info.main_port < 30000
+    with pytest.raises(core.ConfigurationError, match="horovodrun started 2 processes on this node"):
+        environment.environment_validate_settings(devices_per_node=3, num_nodes=2)
+    with pytest.raises(core.ConfigurationError, match="Pass num_nodes=2"):
+        environment.environment_validate_settings(devices_per_node=2, num_nodes=1)
+    monkeypatch.setenv("HOROVOD_SIZE", "four")
+    with pytest.raises(core.ConfigurationError, match="HOROVOD_SIZE='four' is not a whole number"):
+        read_ranks()
+
+
+def test_the_environment_ignores_processes_horovodrun_did_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in HOROVODRUN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert HorovodEnvironment().environment_detect() is None
+    assert core.resolve(accelerator="cpu").config.environment == "local"
+
+
+def test_strategy_options_are_checked() -> None:
+    with pytest.raises(core.ConfigurationError, match="backward_passes_per_step=0\\) must be a whole number >= 1"):
+        HorovodStrategy(backward_passes_per_step=0)
+    with pytest.raises(core.ConfigurationError, match="compression='zstd'\\) is not a compression"):
+        HorovodStrategy(compression="zstd")
+    with pytest.raises(core.ConfigurationError, match="does not support the checkpoint_io 'distributed'"):
+        core.resolve(accelerator="cpu", strategy="horovod", plugins=["distributed"])
+
+
+def test_the_wrapper_binds_to_loopback_only_when_every_host_is_this_machine() -> None:
+    assert hosts_of(["-np", "2", "-H", "localhost:2", "python", "x.py"]) == ["localhost"]
+    assert hosts_of(["--hosts=a:2,b:2"]) == ["a", "b"]
+    assert bind_address(["-np", "2", "-H", "localhost:2"], None) == "127.0.0.1"
+    assert bind_address(["-np", "2"], None) == "127.0.0.1"
+    assert bind_address(["-np", "4", "-H", "localhost:2,node2:2"], None) is None
+    assert bind_address(["-np", "4", "-H", "node1:2,node2:2"], "10.0.0.5") == "10.0.0.5"
+
+
+def test_the_install_cache_is_found_per_python_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORE_HOROVOD_WHEEL_CACHE", str(tmp_path))
+    assert install.cache_directory() == tmp_path
+    assert install.cached_wheel(tmp_path) is None
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    wheel = tmp_path / f"horovod-{install.VERSION}-{tag}-{tag}-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    (tmp_path / f"horovod-{install.VERSION}-cp27-cp27-linux_x86_64.whl").write_bytes(b"")
+    assert install.cached_wheel(tmp_path) == wheel
