@@ -28,8 +28,11 @@ $(STAMP): pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(DISTS)) $
 lint: setup
 	$(PY) -m ruff check $(wildcard core plugins contrib tests bench examples scripts)
 
+# The import packages of every distribution (a directory with an __init__.py), never the *.egg-info next to them.
+PACKAGES := $(patsubst %/__init__.py,%,$(wildcard plugins/*/core_*/__init__.py contrib/*/core_*/__init__.py))
+
 typecheck: setup
-	$(PY) -m mypy core bench $(wildcard plugins/*/core_* contrib/*/core_*)
+	$(PY) -m mypy core bench $(PACKAGES)
 
 unit: setup
 	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
