@@ -27,6 +27,8 @@ $(STAMP): pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(DISTS)) $
 
 lint: setup
 	$(PY) -m ruff check $(wildcard core plugins contrib tests bench examples scripts)
+	# The architecture's import rules (pyproject.toml [tool.importlinter]): a violation names the import and its line.
+	$(VENV)/bin/lint-imports
 
 # The import packages of every distribution (a directory with an __init__.py), never the *.egg-info next to them.
 PACKAGES := $(patsubst %/__init__.py,%,$(wildcard plugins/*/core_*/__init__.py contrib/*/core_*/__init__.py))

@@ -30,15 +30,16 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it, imported on first attribute access.
 _LAZY = {
-    "ActiveSet": "core.registry._active",
-    "Catalog": "core.registry._discovery",
-    "DeviceRequest": "core.registry._devices",
-    "PluginInfo": "core.registry._discovery",
-    "discover": "core.registry._discovery",
-    "parse_devices": "core.registry._devices",
-    "resolve": "core.registry._resolver",
+    "ActiveSet": "core.registry",
+    "Catalog": "core.registry",
+    "DeviceRequest": "core.registry",
+    "PluginInfo": "core.registry",
+    "detect_environment": "core.registry",
+    "discover": "core.registry",
+    "parse_devices": "core.registry",
+    "resolve": "core.registry",
     "Lite": "core.lite",
-    "seed_everything": "core.lite._seed",
+    "seed_everything": "core.lite",
     "Trainer": "core.trainer",
     "Module": "core.module",
     "DataModule": "core.module",
@@ -49,7 +50,16 @@ if TYPE_CHECKING:
     from core.callbacks import Callback
     from core.lite import Lite, seed_everything
     from core.module import DataModule, Module
-    from core.registry import ActiveSet, Catalog, DeviceRequest, PluginInfo, discover, parse_devices, resolve
+    from core.registry import (
+        ActiveSet,
+        Catalog,
+        DeviceRequest,
+        PluginInfo,
+        detect_environment,
+        discover,
+        parse_devices,
+        resolve,
+    )
     from core.trainer import Trainer
 
 
@@ -94,6 +104,7 @@ __all__ = [
     "Trainer",
     "UnknownPluginError",
     "__version__",
+    "detect_environment",
     "discover",
     "hookimpl",
     "hookspec",

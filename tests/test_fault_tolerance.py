@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import core
-from core.fault_tolerance import _resumer as _fault_tolerance
 from core.builtin import async_checkpoint_io
 from core.builtin.async_checkpoint_io import AsyncCheckpointIO
 from core.fault_tolerance import CheckpointDirectory, ResumableCheckpoints
+from core.fault_tolerance import _resumer as _fault_tolerance
 
 JOBS = Path(__file__).parent / "checkpoint_jobs"
 sys.path.insert(0, str(JOBS))

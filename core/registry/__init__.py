@@ -9,13 +9,14 @@ from __future__ import annotations
 from core.registry._active import ActiveSet
 from core.registry._devices import DeviceRequest, parse_devices
 from core.registry._discovery import Catalog, PluginInfo, discover
-from core.registry._resolver import is_interactive, resolve
+from core.registry._resolver import detect_environment, is_interactive, resolve
 
 __all__ = [
     "ActiveSet",
     "Catalog",
     "DeviceRequest",
     "PluginInfo",
+    "detect_environment",
     "discover",
     "is_interactive",
     "parse_devices",

@@ -195,6 +195,14 @@ def _detect_environment(catalog: Catalog) -> Selection:
     return by_plugin[id(winner)]
 
 
+def detect_environment(catalog: Catalog | None = None) -> str:
+    """The alias of the environment that auto-detection picks for this process (what :func:`resolve` uses).
+
+    Imports the installed environments only (not torch); broken ones are skipped with a warning, as in a run.
+    """
+    return _detect_environment(catalog if catalog is not None else discover()).alias
+
+
 def _find_plugin_alias(catalog: Catalog, alias: str) -> tuple[str, PluginInfo]:
     """A plugin named in ``plugins=[...]``: find the kind that provides the alias."""
     _, _, bare = alias.rpartition(":")

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-import core
 from core_horovod import HorovodEnvironment, HorovodStrategy, derived_port, install, read_ranks
 from core_horovod.run import bind_address, hosts_of
+
+import core
 
 HOROVODRUN_VARIABLES = {
     "HOROVOD_RANK": "1", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",

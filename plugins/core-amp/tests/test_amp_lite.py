@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import core
-from core.registry._discovery import discover
+from core import discover
 
 REPO = Path(__file__).resolve().parents[3]
 

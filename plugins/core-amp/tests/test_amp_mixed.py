@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import core
-from core.registry._discovery import Catalog, discover
+from core import Catalog, discover
 
 
 def only_first_party() -> Catalog:
@@ -249,7 +249,7 @@ def test_canonical_spellings_do_not_warn(recwarn: pytest.WarningsRecorder) -> No
 
 def _strategy_named(name: str) -> object:
     """A strategy object passed in code, so the refusal below comes from core-amp's declaration alone."""
-    from core.builtin.strategies import SingleDeviceStrategy
+    from core.toolkit import SingleDeviceStrategy
 
     strategy = SingleDeviceStrategy()
     strategy.name = name  # type: ignore[misc]

@@ -16,8 +16,7 @@ import torch
 from core_cuda import cuda_unavailable_reason, describe_visible, parse_cuda_devices, visible_entries
 
 import core
-from core import DeviceRequest, parse_devices
-from core.registry._discovery import Catalog, discover
+from core import Catalog, DeviceRequest, discover, parse_devices
 
 
 def catalog() -> Catalog:

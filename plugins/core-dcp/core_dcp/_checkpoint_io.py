@@ -35,8 +35,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from core import CheckpointError, ConfigurationError, CoreError, hookimpl
-from core.builtin.checkpoint_io import safe_torch_load
-from core.toolkit._storage import local_path
+from core.toolkit import local_path, safe_torch_load
 from core_dcp._layout import holds_dtensors, join, map_tensors, split
 from core_dcp._safe import METADATA_FILE, FullReadPlanner, SafeReader
 

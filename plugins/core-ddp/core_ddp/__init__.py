@@ -3,12 +3,17 @@
 
 Each alias is an entry point of the ``core.strategies`` group whose value is one of the factories below;
 ``DDPStrategy(...)`` is the object to pass for options: ``Lite(strategy=DDPStrategy(static_graph=True))``.
+
+Public API for strategies that extend the DDP family (core-fsdp, core-deepspeed): :class:`DDPStrategy` and
+its hooks, :data:`START_METHODS`, the error types, and :func:`failing`, which tells a strategy's teardown
+whether the rank function is failing (so that it does not wait in a collective for ranks that are gone).
 """
 
 from __future__ import annotations
 
 from core_ddp._dp import DataParallelStrategy
 from core_ddp._errors import CollectiveError, CollectiveTimeoutError, PeerLostError, ProcessFailedError
+from core_ddp._launchers import failing
 from core_ddp._strategy import START_METHODS, DDPStrategy
 
 
@@ -56,4 +61,5 @@ __all__ = [
     "ddp_notebook",
     "ddp_spawn",
     "dp",
+    "failing",
 ]

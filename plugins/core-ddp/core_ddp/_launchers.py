@@ -25,7 +25,7 @@ import attrs
 import torch.distributed as dist
 import torch.multiprocessing
 
-from core.toolkit._supervisor import (
+from core.toolkit import (
     ERROR_FILE_VARIABLE,
     PARENT_PID_VARIABLE,
     Failure,

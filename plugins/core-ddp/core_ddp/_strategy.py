@@ -18,8 +18,7 @@ import torch.distributed.nn.functional
 from torch.nn.parallel import DistributedDataParallel
 
 from core import ConfigurationError, Supports, hookimpl
-from core.builtin.strategies import SingleDeviceStrategy, check_reduce_op
-from core.registry._resolver import is_interactive
+from core.toolkit import SingleDeviceStrategy, check_reduce_op, is_interactive
 from core_ddp import _launchers
 from core_ddp._collectives import Communicator
 from core_ddp._rendezvous import store_for

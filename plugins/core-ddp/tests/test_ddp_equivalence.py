@@ -49,7 +49,7 @@ def test_gradient_accumulation_with_no_backward_sync_matches_the_large_batch(tra
 
 @pytest.mark.timeout(90)
 def test_two_nodes_started_by_two_core_run_commands_train_together(jobs, tmp_path: Path) -> None:
-    from core.builtin.environments import find_free_port
+    from core.toolkit import find_free_port
 
     port = str(find_free_port())
     script = jobs.script("ddp_equivalence.py", "--devices", "1", "--num-nodes", "2", "--out", str(tmp_path))[1:]

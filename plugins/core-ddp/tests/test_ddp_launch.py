@@ -72,7 +72,7 @@ def test_core_run_refuses_an_unknown_strategy_before_starting_anything(jobs) -> 
 
 @pytest.mark.timeout(60)
 def test_torchrun_starts_the_ranks_and_the_strategy_launches_nothing(jobs) -> None:  # type: ignore[no-untyped-def]
-    from core.builtin.environments import find_free_port
+    from core.toolkit import find_free_port
 
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     assert torchrun is not None

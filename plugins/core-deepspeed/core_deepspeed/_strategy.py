@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.distributed as dist
-from core_ddp import DDPStrategy
-from core_ddp._launchers import failing
+from core_ddp import DDPStrategy, failing
 
 from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
-from core.toolkit._checkpoint_state import restore, to_checkpoint
+from core.toolkit import restore_state as restore
+from core.toolkit import to_checkpoint
 from core_deepspeed import _checkpoint, _import, _release
 from core_deepspeed._config import FLOAT16_PRECISIONS, ZeroSettings, build_config, read_config, zero_stage
 

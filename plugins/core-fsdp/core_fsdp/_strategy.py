@@ -31,8 +31,7 @@ from typing import Any, ClassVar, Final
 
 import torch
 import torch.distributed as dist
-from core_ddp import DDPStrategy
-from core_ddp._launchers import failing
+from core_ddp import DDPStrategy, failing
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
-from core.builtin.environments import ExportedVariables
+from core.toolkit import ExportedVariables
 
 DETECTION_VARIABLES: Final = ("LSB_JOBID", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK")
 HOST_SOURCES: Final = ("LSB_DJOB_RANKFILE", "LSB_MCPU_HOSTS", "LSB_HOSTS")

@@ -16,7 +16,7 @@ import os
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
-from core.builtin.environments import ExportedVariables
+from core.toolkit import ExportedVariables
 from core_mpi._variables import MPIRanks, detect_flavour, hnp_address, read_ranks, rendezvous_port
 
 LOOPBACK: Final = "127.0.0.1"

@@ -15,8 +15,7 @@ import torch
 from core_mps import MPSAccelerator, mps_unavailable_reason, parse_mps_devices
 
 import core
-from core import parse_devices
-from core.registry._discovery import Catalog, discover
+from core import Catalog, discover, parse_devices
 
 
 def catalog() -> Catalog:
@@ -80,7 +79,7 @@ def test_on_a_mac_auto_picks_mps_and_64_true_is_refused(apple_silicon: None) -> 
 
 
 def test_on_a_mac_only_single_device_strategies_are_accepted(apple_silicon: None) -> None:
-    from core.builtin.strategies import SingleDeviceStrategy
+    from core.toolkit import SingleDeviceStrategy
 
     class DDPLike(SingleDeviceStrategy):
         name = "ddp_spawn"

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from core import ClusterInfo, ConfigurationError, CoreWarning, hookimpl
-from core.builtin.environments import ExportedVariables
+from core.toolkit import ExportedVariables
 from core_slurm._hostlist import first_host
 from core_slurm._requeue import RequeueCallback, RequeueHandler
 

@@ -15,10 +15,9 @@ PROBE = Path(__file__).with_name("environment_probe.py")
 DETECT = """
 import warnings
 import core
-from core.registry._resolver import _detect_environment
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    print(_detect_environment(core.discover()).alias)
+    print(core.detect_environment())
 for warning in caught:
     if issubclass(warning.category, core.CoreWarning):
         print("warning:", warning.message)

@@ -7,6 +7,7 @@ those of any torchrun-style launch.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,9 +42,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def detected() -> str:
-    from core.registry._resolver import _detect_environment
-
-    return _detect_environment(core.discover()).alias
+    return core.detect_environment()
 
 
 def test_priorities_encode_the_documented_order() -> None:
@@ -53,11 +52,10 @@ def test_priorities_encode_the_documented_order() -> None:
     from core_slurm import SLURMEnvironment
     from core_torchelastic import TorchElasticEnvironment
 
-    from core.builtin.environments import LocalEnvironment
-
+    (local,) = importlib.metadata.entry_points(group="core.environments", name="local")  # core's built-in
     priorities = [
         TorchElasticEnvironment.priority, SLURMEnvironment.priority, LSFEnvironment.priority,
-        MPIEnvironment.priority, LocalEnvironment.priority,
+        MPIEnvironment.priority, core.traits_of(local.load()()).priority,
     ]
     assert priorities == sorted(priorities, reverse=True) and priorities[-1] == -1000
     assert KubeflowEnvironment().environment_detect() is None

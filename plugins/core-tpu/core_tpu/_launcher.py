@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from core.toolkit._collections import apply_to_tensors
+from core.toolkit import apply_to_tensors
 from core_tpu._runtime import xla
 
 

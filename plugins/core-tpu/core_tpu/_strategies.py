@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import torch
 
 from core import ConfigurationError, Supports, hookimpl
-from core.builtin.strategies import SingleDeviceStrategy, check_reduce_op
-from core.toolkit._collections import apply_to_tensors
+from core.toolkit import SingleDeviceStrategy, apply_to_tensors, check_reduce_op
 from core_tpu import _launcher
 from core_tpu._runtime import xla
 

@@ -15,8 +15,7 @@ import pytest
 from core_tpu import TPUAccelerator, XLAProbe, XLAStrategy, parse_xla_devices, probe, xla_unavailable_reason
 
 import core
-from core import parse_devices
-from core.registry._discovery import Catalog, discover
+from core import Catalog, discover, parse_devices
 
 
 def catalog() -> Catalog:
