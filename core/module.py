@@ -338,7 +338,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         if trainer is None:
             _warn_once(f"{type(self).__qualname__}.log({name!r}) outside a Trainer run does nothing.")
             return
-        trainer._metrics.log(
+        trainer.run_state.metrics.log(
             name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, batch_size,
             add_dataloader_idx,
         )
@@ -377,7 +377,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         self, optimizer: torch.optim.Optimizer, gradient_clip_val: float, gradient_clip_algorithm: str = "norm"
     ) -> None:
         """Clip this module's gradients by norm or by value (for manual optimization)."""
-        self.trainer._clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        self.trainer.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

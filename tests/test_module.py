@@ -358,7 +358,7 @@ class CountingValidation(Tiny):
         self.validated_at: list[tuple[int, int]] = []
 
     def on_validation_start(self) -> None:
-        self.validated_at.append((self.current_epoch, self.trainer._progress.batches_done))
+        self.validated_at.append((self.current_epoch, self.trainer.batches_done))
 
 
 @pytest.mark.parametrize(

@@ -130,6 +130,15 @@ class Callback:
 
     def on_exception(self, trainer: Trainer, module: Module, exception: BaseException) -> None: ...
 
+    def resume_checkpoint_path(self, trainer: Trainer) -> str | None:
+        """The checkpoint ``fit()`` resumes from when it is given no ``ckpt_path``, or None to start afresh.
+
+        Called on every rank at the start of ``fit`` (so an implementation may use collectives), for the
+        callbacks that override it, in callback order; the first path returned wins. :class:`FaultTolerance`
+        returns its newest complete checkpoint.
+        """
+        return None
+
 
 HOOK_NAMES = tuple(
     name for name, value in vars(Callback).items() if callable(value) and (name.startswith("on_") or name in (

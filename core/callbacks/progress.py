@@ -101,7 +101,7 @@ class ProgressBar(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
         if trainer.is_global_zero:
-            self._write(self._line(trainer, trainer._progress.batches_done))
+            self._write(self._line(trainer, trainer.batches_done))
 
     def on_validation_end(self, trainer: Trainer, module: Module) -> None:
         if trainer.is_global_zero and trainer.state in ("validate",):
@@ -144,7 +144,7 @@ class TQDMProgressBar(ProgressBar):
             file=self.stream,
             dynamic_ncols=True,
             leave=True,
-            initial=trainer._progress.batches_done,
+            initial=trainer.batches_done,
         )
         self._pending = 0
 

@@ -62,7 +62,7 @@ class FaultTolerance(Callback):
         """Where the checkpoints are, once attached to a run."""
         return None if self._resumer is None else self._resumer.directory
 
-    def resume_path(self, trainer: Trainer) -> str | None:
+    def resume_checkpoint_path(self, trainer: Trainer) -> str | None:
         """The newest complete checkpoint, agreed by every rank, after removing incomplete ones. Collective."""
         resumer = self._attach(trainer)
         step = resumer.find()

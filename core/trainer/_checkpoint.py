@@ -199,16 +199,16 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     }
     if weights_only:
         return state
-    progress = trainer._progress
+    progress = trainer.run_state.progress
     state.update(
         {
             "optimizer_states": StatefulList(trainer.optimizers, "optimizers"),
             "lr_schedulers": StatefulList([config.scheduler for config in trainer.lr_scheduler_configs], "schedulers"),
             "loops": progress.as_dict(),
             # The epoch's accumulated metrics matter only when the epoch is not finished.
-            "results": {} if progress.epoch_finished else trainer._train_metrics.state_dict(),
+            "results": {} if progress.epoch_finished else trainer.run_state.train_metrics.state_dict(),
             "rng": gather_rng(trainer.lite, capture_rng()),
-            "rng_epoch_start": gather_rng(trainer.lite, pack_rng(trainer._epoch_start_rng or snapshot_rng())),
+            "rng_epoch_start": gather_rng(trainer.lite, pack_rng(trainer.run_state.epoch_start_rng or snapshot_rng())),
             "callbacks": {
                 callback.state_key: callback.state_dict() for callback in trainer.callbacks if callback.state_dict()
             },
@@ -224,7 +224,7 @@ def restore_checkpoint_state(trainer: Trainer, path: str, weights_only: bool = F
 
     Weights, optimizers, schedulers and the precision are loaded in place (through ``Lite.load``);
     callbacks, the DataModule, the loop position and the epoch's metrics are set; the generator states
-    are kept in ``trainer._resume_rng`` for the fit loop to apply just before it draws its next batches.
+    are kept in ``trainer.run_state.resume_rng`` for the fit loop to apply just before it draws its next batches.
     ``weights_only`` loads the weights only (``validate`` / ``test`` / ``predict``, or fine-tuning).
 
     :return: The remaining entries of the checkpoint (your own, from ``on_save_checkpoint``).
@@ -259,9 +259,9 @@ def restore_checkpoint_state(trainer: Trainer, path: str, weights_only: bool = F
             callback.load_state_dict(saved_callbacks[callback.state_key])
     if trainer.datamodule is not None and "datamodule" in rest:
         trainer.datamodule.load_state_dict(rest["datamodule"])
-    trainer._progress = FitProgress.from_dict(rest["loops"])
-    trainer._train_metrics.load_state_dict(rest.get("results", {}))
-    trainer._resume_rng = (
+    trainer.run_state.progress = FitProgress.from_dict(rest["loops"])
+    trainer.run_state.train_metrics.load_state_dict(rest.get("results", {}))
+    trainer.run_state.resume_rng = (
         rng_of_rank(rest["rng"], trainer.global_rank),
         rng_of_rank(rest["rng_epoch_start"], trainer.global_rank),
     )

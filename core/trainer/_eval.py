@@ -61,9 +61,9 @@ def _run_batches(
     outputs: list[list[Any]] | None,
 ) -> None:
     """Every batch of every loader through ``<kind>_step`` and its hooks; fillers' outputs are dropped."""
-    module, hooks, to_device = trainer.module, trainer._hooks, trainer.lite.to_device
+    module, hooks, to_device = trainer.module, trainer.run_state.hooks, trainer.lite.to_device
     assert module is not None
-    step_module = trainer._step_module
+    step_module = trainer.run_state.step_module
     start_hooks, end_hooks = hooks[f"on_{kind}_batch_start"], hooks[f"on_{kind}_batch_end"]
     module_start, module_end = getattr(module, f"on_{kind}_batch_start"), getattr(module, f"on_{kind}_batch_end")
     several = len(loaders) > 1
@@ -98,13 +98,13 @@ def run_loop(
 
     :param record: Put the epoch values into ``callback_metrics`` and the loggers (not for the sanity check).
     """
-    module, hooks = trainer.module, trainer._hooks
+    module, hooks = trainer.module, trainer.run_state.hooks
     assert module is not None
-    store, previous_store = new_store(trainer), trainer._metrics
-    step_module = trainer._step_module
+    store, previous_store = new_store(trainer), trainer.run_state.metrics
+    step_module = trainer.run_state.step_module
     dispatcher = step_module.module  # the StepModule inside the strategy's wrapper
     previous_step = dispatcher.__dict__["step"]
-    trainer._metrics = store
+    trainer.run_state.metrics = store
     dispatcher.use(getattr(module, _STEP_METHODS[kind]))
     try:
         with eval_mode(step_module), _no_grad(trainer):
@@ -119,12 +119,12 @@ def run_loop(
             hooks.call(f"on_{kind}_epoch_end", trainer, module)
             values = store.compute_epoch()
             if record:
-                trainer._record_epoch_values(values, store, log=True)
+                trainer.record_epoch_values(values, store, log=True)
             getattr(module, f"on_{kind}_end")()
             hooks.call(f"on_{kind}_end", trainer, module)
     finally:
         dispatcher.use(previous_step)
-        trainer._metrics = previous_store
+        trainer.run_state.metrics = previous_store
     return values
 
 
@@ -139,9 +139,9 @@ def validate_in_fit(trainer: Trainer, loaders: Sequence[PreparedLoader], sanity:
     module = trainer.attached_module()
     trainer.sanity_checking = True
     try:
-        trainer._hooks.call("on_sanity_check_start", trainer, module)
+        trainer.run_state.hooks.call("on_sanity_check_start", trainer, module)
         run_loop(trainer, "validation", loaders, max_batches=math.inf if steps == -1 else steps, record=False)
-        trainer._hooks.call("on_sanity_check_end", trainer, module)
+        trainer.run_state.hooks.call("on_sanity_check_end", trainer, module)
     finally:
         trainer.sanity_checking = False
 

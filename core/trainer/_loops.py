@@ -68,10 +68,10 @@ class FitLoop:
         self.train = train
         self.val = list(val)
         self.lite = trainer.lite
-        self.step_module = trainer._step_module
+        self.step_module = trainer.run_state.step_module
         self.to_device = trainer.lite.to_device
         self.backward = trainer.lite.backward
-        self.store = trainer._train_metrics
+        self.store = trainer.run_state.train_metrics
         self.optimizers = trainer.optimizers
         self.schedulers = trainer.lr_scheduler_configs
         self.step_schedulers = [config for config in self.schedulers if config.interval == "step"]
@@ -83,7 +83,7 @@ class FitLoop:
         self.val_every = self._val_every()
         self.epoch_setters = epoch_setters(train.loader)
         self.backward_in_window = False
-        hooks = trainer._hooks
+        hooks = trainer.run_state.hooks
         self.cb_batch_start = hooks["on_train_batch_start"]
         self.cb_batch_end = hooks["on_train_batch_end"]
         self.cb_before_backward = hooks["on_before_backward"]
@@ -110,7 +110,7 @@ class FitLoop:
     # ---------------------------------------------------------------------------------------------
 
     def run(self) -> None:
-        progress = self.trainer._progress
+        progress = self.trainer.run_state.progress
         handles = self._count_manual_steps() if not self.automatic else []
         try:
             if progress.epoch_finished:  # resumed from a checkpoint taken at the end of an epoch
@@ -123,7 +123,7 @@ class FitLoop:
                 handle.remove()
 
     def _done(self) -> bool:
-        trainer, progress = self.trainer, self.trainer._progress
+        trainer, progress = self.trainer, self.trainer.run_state.progress
         if self.train.batches == 0:
             return True
         if trainer.max_epochs != -1 and progress.epoch >= trainer.max_epochs:
@@ -133,37 +133,37 @@ class FitLoop:
         return trainer.should_stop and self._minimums_met()
 
     def _minimums_met(self) -> bool:
-        trainer, progress = self.trainer, self.trainer._progress
+        trainer, progress = self.trainer, self.trainer.run_state.progress
         return progress.epoch >= trainer.min_epochs and progress.global_step >= trainer.min_steps
 
     def _advance(self) -> None:
-        progress = self.trainer._progress
+        progress = self.trainer.run_state.progress
         progress.epoch += 1
         progress.batches_done = 0
         progress.validated = True
         progress.epoch_finished = False
 
     def _restore_rng_at_save(self) -> None:
-        if self.trainer._resume_rng is not None:
-            at_save, _ = self.trainer._resume_rng
+        if self.trainer.run_state.resume_rng is not None:
+            at_save, _ = self.trainer.run_state.resume_rng
             if at_save is not None:
                 restore_rng(at_save)
-            self.trainer._resume_rng = None
+            self.trainer.run_state.resume_rng = None
 
     def _epoch(self) -> None:
-        trainer, progress, module = self.trainer, self.trainer._progress, self.module
+        trainer, progress, module = self.trainer, self.trainer.run_state.progress, self.module
         resuming = progress.batches_done > 0
         if not resuming:
             self.store.reset_epoch()
             self.store.enter(EPOCH)
-            trainer._hooks.call("on_train_epoch_start", trainer, module)
+            trainer.run_state.hooks.call("on_train_epoch_start", trainer, module)
             module.on_train_epoch_start()
         self.store.enter(TRAIN_BATCH)
         for set_epoch in self.epoch_setters:
             set_epoch(progress.epoch)
-        if resuming and trainer._resume_rng is not None and trainer._resume_rng[1] is not None:
-            restore_rng(trainer._resume_rng[1])  # the generators as they were when this epoch's data was drawn
-        trainer._epoch_start_rng = snapshot_rng()
+        if resuming and trainer.run_state.resume_rng is not None and trainer.run_state.resume_rng[1] is not None:
+            restore_rng(trainer.run_state.resume_rng[1])  # the generators as they were when this epoch's data was drawn
+        trainer.run_state.epoch_start_rng = snapshot_rng()
         iterator = iter(self.train.loader)
         exhausted = False
         if resuming:
@@ -196,13 +196,13 @@ class FitLoop:
         return False
 
     def _epoch_end(self) -> None:
-        trainer, progress, module, store = self.trainer, self.trainer._progress, self.module, self.store
-        hooks = trainer._hooks
+        trainer, progress, module, store = self.trainer, self.trainer.run_state.progress, self.module, self.store
+        hooks = trainer.run_state.hooks
         store.enter(EPOCH)
-        trainer._record_epoch_values(store.compute_epoch(), store, log=False)
+        trainer.record_epoch_values(store.compute_epoch(), store, log=False)
         module.on_train_epoch_end()
         hooks.call_epoch_end(trainer, module, after_metrics=False)
-        trainer._record_epoch_values(store.compute_epoch(), store, log=True)
+        trainer.record_epoch_values(store.compute_epoch(), store, log=True)
         step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics)
         progress.epoch_finished = True
         hooks.call_epoch_end(trainer, module, after_metrics=True)
@@ -215,7 +215,7 @@ class FitLoop:
 
     def _batch(self, raw_batch: Any, batch_idx: int) -> bool:
         """Train on one batch; ``True`` when the epoch must end here."""
-        trainer, progress, module = self.trainer, self.trainer._progress, self.module
+        trainer, progress, module = self.trainer, self.trainer.run_state.progress, self.module
         self.store.new_batch(raw_batch)
         batch = self.to_device(raw_batch)
         for hook in self.cb_batch_start:
@@ -241,10 +241,10 @@ class FitLoop:
 
     def _val_epoch(self) -> bool:
         every_n = self.trainer.check_val_every_n_epoch
-        return every_n is None or (self.trainer._progress.epoch + 1) % every_n == 0
+        return every_n is None or (self.trainer.run_state.progress.epoch + 1) % every_n == 0
 
     def _val_due(self) -> bool:
-        progress = self.trainer._progress
+        progress = self.trainer.run_state.progress
         if not self._val_epoch():
             return False
         count = progress.total_batches if self.trainer.check_val_every_n_epoch is None else progress.batches_done
@@ -252,7 +252,7 @@ class FitLoop:
 
     def _validate(self) -> None:
         validate_in_fit(self.trainer, self.val)
-        self.trainer._progress.validated = True
+        self.trainer.run_state.progress.validated = True
 
     def _log_step(self) -> None:
         metrics = self.store.step_metrics(for_logger=True)
@@ -260,7 +260,7 @@ class FitLoop:
             self.trainer.log_to_loggers(metrics)
 
     def _automatic_step(self, batch: Any, batch_idx: int) -> Any:
-        progress = self.trainer._progress
+        progress = self.trainer.run_state.progress
         accumulate = self.accumulate
         if accumulate == 1:
             self._zero_grad()
@@ -308,13 +308,13 @@ class FitLoop:
             optimizer.zero_grad()
 
     def _optimizer_step(self) -> None:
-        trainer, module, progress = self.trainer, self.module, self.trainer._progress
+        trainer, module, progress = self.trainer, self.module, self.trainer.run_state.progress
         for optimizer in self.optimizers:
             module.on_before_optimizer_step(optimizer)
             for hook in self.cb_before_step:
                 hook(trainer, module, optimizer)
             if self.clip_value:
-                trainer._clip(optimizer, self.clip_value, trainer.gradient_clip_algorithm)
+                trainer.clip_gradients(optimizer, self.clip_value, trainer.gradient_clip_algorithm)
             optimizer.step()
         self.backward_in_window = False
         progress.global_step += 1
@@ -323,7 +323,7 @@ class FitLoop:
 
     def _count_manual_steps(self) -> list[Any]:
         """With manual optimization, every optimizer step the Module takes counts as a global step."""
-        progress = self.trainer._progress
+        progress = self.trainer.run_state.progress
 
         def count(*_: Any) -> None:
             progress.global_step += 1
@@ -333,7 +333,7 @@ class FitLoop:
 
 def run_fit(trainer: Trainer, train: PreparedLoader, val: Sequence[PreparedLoader]) -> None:
     """``Trainer.fit`` in this process, after setup and any restore."""
-    module, hooks = trainer.module, trainer._hooks
+    module, hooks = trainer.module, trainer.run_state.hooks
     assert module is not None
     hooks.call("on_fit_start", trainer, module)
     module.on_fit_start()

@@ -18,7 +18,7 @@ import attrs
 import torch
 
 from core._errors import ConfigurationError, CoreWarning
-from core.callbacks._callback import CallbackHooks
+from core.callbacks._callback import Callback, CallbackHooks
 from core.trainer._checkpoint import FitProgress, find_last, restore_checkpoint_state
 from core.trainer._data import find_loaders, prepare_eval_loader, prepare_train_loader
 from core.trainer._logging import MetricStore
@@ -64,12 +64,13 @@ class Outcome:
 
     def apply(self, trainer: Trainer, module: Module) -> Any:
         module.load_state_dict(self.module_state)
-        trainer._progress = FitProgress.from_dict(self.progress)
+        trainer.run_state.progress = FitProgress.from_dict(self.progress)
         for callback in trainer.callbacks:
             if callback.state_key in self.callback_states:
                 callback.load_state_dict(self.callback_states[callback.state_key])
-        trainer._callback_metrics = {name: torch.tensor(value) for name, value in self.callback_metrics.items()}
-        trainer._logged_metrics = dict(self.logged_metrics)
+        state = trainer.run_state
+        state.callback_metrics = {name: torch.tensor(value) for name, value in self.callback_metrics.items()}
+        trainer.run_state.logged_metrics = dict(self.logged_metrics)
         for logger, version in zip(trainer.loggers, self.logger_versions, strict=False):
             logger._version = version
         return self.result
@@ -79,10 +80,10 @@ def _outcome(trainer: Trainer, module: Module, result: Any) -> Outcome:
     return Outcome(
         result=result,
         module_state={name: tensor.detach().cpu() for name, tensor in module.state_dict().items()},
-        progress=trainer._progress.as_dict(),
+        progress=trainer.run_state.progress.as_dict(),
         callback_states={callback.state_key: callback.state_dict() for callback in trainer.callbacks},
         callback_metrics={name: float(value) for name, value in trainer.callback_metrics.items()},
-        logged_metrics=dict(trainer._logged_metrics),
+        logged_metrics=dict(trainer.run_state.logged_metrics),
         logger_versions=[logger._version for logger in trainer.loggers],
     )
 
@@ -116,7 +117,7 @@ def _set_up_model_and_optimizers(trainer: Trainer, lite: Lite, module: Module) -
     """
     optimizers, schedulers = parse_optimizers(module.configure_optimizers())
     step_module, *set_up = lite.setup(StepModule(module), *optimizers)
-    trainer._step_module = step_module
+    trainer.run_state.step_module = step_module
     trainer.optimizers = set_up
     trainer.lr_scheduler_configs = schedulers
 
@@ -124,12 +125,13 @@ def _set_up_model_and_optimizers(trainer: Trainer, lite: Lite, module: Module) -
 def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | None:
     """The checkpoint to load, decided on global rank 0 and sent to every rank."""
     if ckpt_path is None and stage == "fit":
-        # A FaultTolerance callback resumes from its newest complete checkpoint (collective: every rank asks).
-        from core.fault_tolerance._callback import FaultTolerance
-
-        for fault_tolerance in trainer.callbacks:
-            if isinstance(fault_tolerance, FaultTolerance):
-                return fault_tolerance.resume_path(trainer)
+        # A callback may choose where fit resumes (FaultTolerance: its newest complete checkpoint; collective).
+        for chooser in trainer.callbacks:
+            if type(chooser).resume_checkpoint_path is not Callback.resume_checkpoint_path:
+                path = chooser.resume_checkpoint_path(trainer)
+                if path is not None:
+                    return path
+        return None
     if ckpt_path is None:
         return None
     chosen: str | None = None
@@ -176,23 +178,23 @@ def _own_memory(module: Module) -> None:
 
 def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule: DataModule | None) -> None:
     _own_memory(module)
-    trainer._lite = lite
+    trainer.run_state.lite = lite
     trainer.module, trainer.datamodule = module, datamodule
     trainer.state = stage
     trainer.should_stop = False
     trainer.sanity_checking = False
-    trainer._hooks = CallbackHooks(trainer.callbacks)
+    trainer.run_state.hooks = CallbackHooks(trainer.callbacks)
     module.__dict__["_trainer"] = trainer
     if datamodule is not None:
         datamodule.trainer = trainer
     if stage == "fit":
         reduce = (lambda tensor, op: lite.all_reduce(tensor, reduce_op=op)) if lite.world_size > 1 else None
-        trainer._train_metrics = MetricStore(reduce, lite.is_global_zero, lite.device)
-        trainer._metrics = trainer._train_metrics
-        trainer._progress = FitProgress()
-        trainer._callback_metrics, trainer._logged_metrics = {}, {}
-        trainer._resume_rng = None
-        trainer._epoch_start_rng = None
+        trainer.run_state.train_metrics = MetricStore(reduce, lite.is_global_zero, lite.device)
+        trainer.run_state.metrics = trainer.run_state.train_metrics
+        trainer.run_state.progress = FitProgress()
+        trainer.run_state.callback_metrics, trainer.run_state.logged_metrics = {}, {}
+        trainer.run_state.resume_rng = None
+        trainer.run_state.epoch_start_rng = None
 
 
 def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
@@ -201,8 +203,8 @@ def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> 
         datamodule.trainer = None
     trainer.state = None
     trainer.sanity_checking = False
-    trainer._step_module = None
-    trainer._metrics = trainer._train_metrics
+    trainer.run_state.step_module = None
+    trainer.run_state.metrics = trainer.run_state.train_metrics
 
 
 def _log_hyperparameters(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
@@ -266,14 +268,14 @@ def run_stage(
         _prepare_data(lite, datamodule, module)
         if datamodule is not None:
             datamodule.setup(stage)
-        trainer._hooks.call("setup", trainer, module, stage)
+        trainer.run_state.hooks.call("setup", trainer, module, stage)
         module.setup(stage)
         data = _set_up_data(trainer, lite, stage, loaders)  # first: configure_optimizers may read its length
         if stage == "fit":
             _check_optimization_flags(trainer, module)
             _set_up_model_and_optimizers(trainer, lite, module)
         else:
-            trainer._step_module = lite.setup_module(StepModule(module))
+            trainer.run_state.step_module = lite.setup_module(StepModule(module))
         path = _resolve_ckpt_path(trainer, ckpt_path, stage)
         if path is not None:
             restore_checkpoint_state(trainer, path, weights_only=stage != "fit")
@@ -287,12 +289,12 @@ def run_stage(
             result = run_evaluation(trainer, stage, data["val" if stage == "validate" else "test"])
         status = "success"
     except BaseException as error:
-        for hook in trainer._hooks["on_exception"]:
+        for hook in trainer.run_state.hooks["on_exception"]:
             hook(trainer, module, error)
         raise
     finally:
         try:
-            trainer._hooks.call("teardown", trainer, module, stage)
+            trainer.run_state.hooks.call("teardown", trainer, module, stage)
             module.teardown(stage)
             if datamodule is not None:
                 datamodule.teardown(stage)

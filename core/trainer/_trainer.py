@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import torch
 
 from core._errors import ConfigurationError, CoreError
@@ -26,28 +27,14 @@ from core.callbacks.progress import default_progress_bar
 from core.lite import Lite
 from core.loggers import CSVLogger, Logger
 from core.module import DataModule, Module
-from core.trainer._checkpoint import FitProgress, check_ckpt_path, checkpoint_state
-from core.trainer._data import check_limit
+from core.trainer._checkpoint import check_ckpt_path, checkpoint_state
+from core.trainer._config import CLIP_ALGORITHMS, TrainerConfig
 from core.trainer._logging import MetricStore
 from core.trainer._optim import SchedulerConfig
+from core.trainer._state import RunState
 
 __all__ = ["Trainer"]
 
-_CLIP_ALGORITHMS = ("norm", "value")
-
-
-def _positive_int(value: object, flag: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{flag}={value!r}: expected a whole number >= {minimum}.")
-    return value
-
-
-def _optional_count(value: object, flag: str, allow_minus_one: bool = False) -> int | None:
-    if value is None:
-        return None
-    if allow_minus_one and value == -1:
-        return -1
-    return _positive_int(value, flag, minimum=0)
 
 
 def _as_loggers(logger: object, root: str) -> list[Logger]:
@@ -142,26 +129,17 @@ class Trainer:
             "plugins": plugins,
         }
         # Resolve now, so that a bad flag fails here and not at fit(); each run launches a fresh Lite.
-        self._lite: Lite = Lite(**self._lite_settings)
+        lite = Lite(**self._lite_settings)
         self._lite_used = False
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
-        self._read_loop_flags(max_epochs, min_epochs, max_steps, min_steps, val_check_interval, check_val_every_n_epoch)
-        self.limit_train_batches = check_limit(1.0 if limit_train_batches is None else limit_train_batches,
-                                               "limit_train_batches")
-        self.limit_val_batches = check_limit(1.0 if limit_val_batches is None else limit_val_batches,
-                                             "limit_val_batches")
-        self.limit_test_batches = check_limit(1.0 if limit_test_batches is None else limit_test_batches,
-                                              "limit_test_batches")
-        self.limit_predict_batches = check_limit(1.0 if limit_predict_batches is None else limit_predict_batches,
-                                                 "limit_predict_batches")
-        if num_sanity_val_steps != -1:
-            _positive_int(num_sanity_val_steps, "num_sanity_val_steps", minimum=0)
-        self.num_sanity_val_steps = num_sanity_val_steps
-        self.accumulate_grad_batches = _positive_int(accumulate_grad_batches, "accumulate_grad_batches")
-        self._read_clipping(gradient_clip_val, gradient_clip_algorithm)
-        self.log_every_n_steps = _positive_int(log_every_n_steps, "log_every_n_steps")
-        self.deterministic = bool(deterministic)
-        self.inference_mode = bool(inference_mode)
+        self.config = TrainerConfig.from_flags(
+            default_root_dir=default_root_dir, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
+            min_steps=min_steps, val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
+            limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
+            limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches,
+            num_sanity_val_steps=num_sanity_val_steps, accumulate_grad_batches=accumulate_grad_batches,
+            gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm,
+            log_every_n_steps=log_every_n_steps, deterministic=deterministic, inference_mode=inference_mode,
+        )
         self.loggers: list[Logger] = _as_loggers(logger, self.default_root_dir)
         self.callbacks: list[Callback] = self._arrange_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
 
@@ -177,62 +155,86 @@ class Trainer:
         self.num_val_batches: list[float] = []
         self.num_test_batches: list[float] = []
         self.num_predict_batches: list[float] = []
-        self._progress = FitProgress()
-        self._train_metrics = MetricStore(None, True, torch.device("cpu"))
-        self._metrics = self._train_metrics
-        self._callback_metrics: dict[str, torch.Tensor] = {}
-        self._logged_metrics: dict[str, float] = {}
-        self._prog_bar_names: set[str] = set()
-        self._hooks = CallbackHooks(self.callbacks)
-        self._epoch_start_rng: dict[str, Any] | None = None
-        self._resume_rng: tuple[Any, Any] | None = None
-        self._step_module: Any = None
+        # The explicit interface between the Trainer, its loops and the Module (see core/trainer/_state.py).
+        self.run_state = RunState(lite=lite, hooks=CallbackHooks(self.callbacks))
 
     # ---------------------------------------------------------------------------------------------
     # Flags
     # ---------------------------------------------------------------------------------------------
 
-    def _read_loop_flags(
-        self, max_epochs: object, min_epochs: object, max_steps: object, min_steps: object,
-        val_check_interval: object, check_val_every_n_epoch: object,
-    ) -> None:
-        steps = -1 if max_steps is None else max_steps
-        if steps != -1:
-            _positive_int(steps, "max_steps", minimum=0)
-        self.max_steps: int = steps  # type: ignore[assignment]
-        epochs = _optional_count(max_epochs, "max_epochs", allow_minus_one=True)
-        if epochs is None:
-            epochs = 1000 if self.max_steps == -1 else -1
-        self.max_epochs: int = epochs
-        self.min_epochs: int = _optional_count(min_epochs, "min_epochs") or 0
-        self.min_steps: int = _optional_count(min_steps, "min_steps") or 0
-        interval = 1.0 if val_check_interval is None else val_check_interval
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0 or (
-            isinstance(interval, float) and interval > 1.0
-        ):
-            raise ConfigurationError(
-                f"val_check_interval={val_check_interval!r}: expected a fraction of the epoch (float in (0, 1]) or "
-                f"a number of training batches (int >= 1)."
-            )
-        self.val_check_interval: int | float = interval
-        if check_val_every_n_epoch is None:
-            if not isinstance(interval, int):
-                raise ConfigurationError(
-                    "check_val_every_n_epoch=None counts training batches across epochs, so val_check_interval "
-                    f"must be a number of batches (int), got {val_check_interval!r}."
-                )
-            self.check_val_every_n_epoch: int | None = None
-        else:
-            self.check_val_every_n_epoch = _positive_int(check_val_every_n_epoch, "check_val_every_n_epoch")
+    # The flags, read-only: set them when constructing the Trainer (``trainer.config`` holds them all).
 
-    def _read_clipping(self, value: float | None, algorithm: str | None) -> None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise ConfigurationError(f"gradient_clip_val={value!r}: expected a number >= 0 or None.")
-        chosen = "norm" if algorithm is None else algorithm
-        if chosen not in _CLIP_ALGORITHMS:
-            raise ConfigurationError(f"gradient_clip_algorithm={algorithm!r}: expected 'norm' or 'value'.")
-        self.gradient_clip_val = None if not value else float(value)
-        self.gradient_clip_algorithm = chosen
+    @property
+    def default_root_dir(self) -> str:
+        return self.config.default_root_dir
+
+    @property
+    def max_epochs(self) -> int:
+        return self.config.max_epochs
+
+    @property
+    def min_epochs(self) -> int:
+        return self.config.min_epochs
+
+    @property
+    def max_steps(self) -> int:
+        return self.config.max_steps
+
+    @property
+    def min_steps(self) -> int:
+        return self.config.min_steps
+
+    @property
+    def val_check_interval(self) -> int | float:
+        return self.config.val_check_interval
+
+    @property
+    def check_val_every_n_epoch(self) -> int | None:
+        return self.config.check_val_every_n_epoch
+
+    @property
+    def limit_train_batches(self) -> int | float:
+        return self.config.limit_train_batches
+
+    @property
+    def limit_val_batches(self) -> int | float:
+        return self.config.limit_val_batches
+
+    @property
+    def limit_test_batches(self) -> int | float:
+        return self.config.limit_test_batches
+
+    @property
+    def limit_predict_batches(self) -> int | float:
+        return self.config.limit_predict_batches
+
+    @property
+    def num_sanity_val_steps(self) -> int:
+        return self.config.num_sanity_val_steps
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.config.accumulate_grad_batches
+
+    @property
+    def gradient_clip_val(self) -> float | None:
+        return self.config.gradient_clip_val
+
+    @property
+    def gradient_clip_algorithm(self) -> str:
+        return self.config.gradient_clip_algorithm
+
+    @property
+    def log_every_n_steps(self) -> int:
+        return self.config.log_every_n_steps
+
+    @property
+    def deterministic(self) -> bool:
+        return self.config.deterministic
+
+    @property
+    def inference_mode(self) -> bool:
+        return self.config.inference_mode
 
     def _arrange_callbacks(
         self, given: Callback | Sequence[Callback] | None, checkpointing: bool, progress_bar: bool
@@ -349,8 +351,8 @@ class Trainer:
             raise ConfigurationError(f"datamodule={datamodule!r}: expected a core.DataModule.")
         if self.state is not None:
             raise CoreError(f"trainer.{stage}() was called while trainer.{self.state}() is running.")
-        lite = self._lite if not self._lite_used else Lite(**self._lite_settings)
-        self._lite, self._lite_used = lite, True
+        lite = self.run_state.lite if not self._lite_used else Lite(**self._lite_settings)
+        self.run_state.lite, self._lite_used = lite, True
         self.module, self.datamodule = model, datamodule
         outcome = lite.launch(run_stage, self, stage, model, datamodule, loaders, ckpt_path, os.getpid())
         if isinstance(outcome, Outcome):
@@ -364,7 +366,7 @@ class Trainer:
     @property
     def lite(self) -> Lite:
         """The Lite of the current (or latest) run: devices, ranks and collectives."""
-        return self._lite
+        return self.run_state.lite
 
     def attached_module(self) -> Module:
         """The Module of the run in progress; raises outside a run."""
@@ -379,33 +381,38 @@ class Trainer:
 
     @property
     def global_rank(self) -> int:
-        return self._lite.global_rank
+        return self.run_state.lite.global_rank
 
     @property
     def local_rank(self) -> int:
-        return self._lite.local_rank
+        return self.run_state.lite.local_rank
 
     @property
     def node_rank(self) -> int:
-        return self._lite.node_rank
+        return self.run_state.lite.node_rank
 
     @property
     def world_size(self) -> int:
-        return self._lite.world_size
+        return self.run_state.lite.world_size
 
     @property
     def is_global_zero(self) -> bool:
-        return self._lite.is_global_zero
+        return self.run_state.lite.is_global_zero
 
     @property
     def current_epoch(self) -> int:
         """The epoch being trained (0-based); after fit, the number of epochs completed."""
-        return self._progress.epoch
+        return self.run_state.progress.epoch
 
     @property
     def global_step(self) -> int:
         """Optimizer steps taken since training started (restored from checkpoints)."""
-        return self._progress.global_step
+        return self.run_state.progress.global_step
+
+    @property
+    def batches_done(self) -> int:
+        """Training batches finished in the current epoch (counting those a resumed run already ran)."""
+        return self.run_state.progress.batches_done
 
     @property
     def training(self) -> bool:
@@ -413,7 +420,8 @@ class Trainer:
 
     @property
     def validating(self) -> bool:
-        return self.state == "validate" or (self.state == "fit" and self._metrics is not self._train_metrics)
+        evaluating_in_fit = self.state == "fit" and self.run_state.metrics is not self.run_state.train_metrics
+        return self.state == "validate" or evaluating_in_fit
 
     @property
     def testing(self) -> bool:
@@ -426,23 +434,23 @@ class Trainer:
     @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
         """Every logged value by name: epoch values once computed, and the latest step values."""
-        metrics = dict(self._callback_metrics)
-        for name, value in self._train_metrics.latest_step_values().items():
+        metrics = dict(self.run_state.callback_metrics)
+        for name, value in self.run_state.train_metrics.latest_step_values().items():
             metrics[name] = value if isinstance(value, torch.Tensor) else torch.tensor(value)
         return metrics
 
     @property
     def logged_metrics(self) -> dict[str, float]:
         """The latest value of everything sent to the loggers."""
-        return dict(self._logged_metrics)
+        return dict(self.run_state.logged_metrics)
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """The values logged with ``prog_bar=True``, as numbers (converted when read)."""
         if self.state in ("validate", "test"):
-            names = self._metrics.prog_bar_names()  # this evaluation's values only
+            names = self.run_state.metrics.prog_bar_names()  # this evaluation's values only
         else:
-            names = self._train_metrics.prog_bar_names() | self._prog_bar_names
+            names = self.run_state.train_metrics.prog_bar_names() | self.run_state.prog_bar_names
         return {name: float(value) for name, value in self.callback_metrics.items() if name in names}
 
     @property
@@ -496,11 +504,11 @@ class Trainer:
         self.module.on_save_checkpoint(state)
         for callback in self.callbacks:
             callback.on_save_checkpoint(self, self.module, state)
-        self._lite.save(filepath, state)
+        self.run_state.lite.save(filepath, state)
 
     def remove_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
         """Delete a checkpoint written by :meth:`save_checkpoint` (``Lite.remove_checkpoint``: rank 0 deletes)."""
-        self._lite.remove_checkpoint(filepath)
+        self.run_state.lite.remove_checkpoint(filepath)
 
     def log_to_loggers(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Send ``metrics`` to every logger at ``step`` (default: the global step), from global rank 0.
@@ -509,17 +517,20 @@ class Trainer:
         """
         if self.state == "fit":
             metrics = {**metrics, "epoch": self.current_epoch}
-        self._logged_metrics.update(metrics)
+        self.run_state.logged_metrics.update(metrics)
         if self.is_global_zero:
             at = self.global_step if step is None else step
             for logger in self.loggers:
                 logger.log_metrics(metrics, at)
 
-    def _record_epoch_values(self, values: dict[str, float], store: MetricStore, log: bool) -> None:
-        """Epoch values become callback metrics; with ``log``, those logged with ``logger=True`` go to the loggers."""
+    def record_epoch_values(self, values: dict[str, float], store: MetricStore, log: bool) -> None:
+        """Epoch values become callback metrics; with ``log``, those logged with ``logger=True`` go to the loggers.
+
+        Called by the loops at the end of each epoch (and of each evaluation) with the epoch's reduced values.
+        """
         for name, value in values.items():
-            self._callback_metrics[name] = torch.tensor(value, dtype=torch.float64)
-        self._prog_bar_names |= store.prog_bar_names()
+            self.run_state.callback_metrics[name] = torch.tensor(value, dtype=torch.float64)
+        self.run_state.prog_bar_names |= store.prog_bar_names()
         if not log:
             return
         to_loggers = store.logger_names()
@@ -530,32 +541,33 @@ class Trainer:
     @property
     def filler_batch(self) -> bool:
         """Whether the evaluation batch being run is a filler (see docs/trainer.md): skip it in your own tallies."""
-        return self._metrics.filler
+        return self.run_state.metrics.filler
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         if self.is_global_zero:
             builtins.print(*args, **kwargs)
 
-    def _clip(self, optimizer: Any, value: float, algorithm: str) -> None:
-        if algorithm not in _CLIP_ALGORITHMS:
+    def clip_gradients(self, optimizer: Any, value: float, algorithm: str) -> None:
+        """Clip the gradients of the running module's parameters in ``optimizer`` by ``"norm"`` or ``"value"``."""
+        if algorithm not in CLIP_ALGORITHMS:
             raise ConfigurationError(f"gradient_clip_algorithm={algorithm!r}: expected 'norm' or 'value'.")
         module = self.module
         if module is None:
             raise CoreError("Gradients can be clipped only during a run.")
         if algorithm == "norm":
-            self._lite.clip_gradients(module, optimizer, max_norm=value, error_if_nonfinite=False)
+            self.run_state.lite.clip_gradients(module, optimizer, max_norm=value, error_if_nonfinite=False)
         else:
-            self._lite.clip_gradients(module, optimizer, clip_val=value)
+            self.run_state.lite.clip_gradients(module, optimizer, clip_val=value)
 
     def __getstate__(self) -> dict[str, Any]:
         # Sent to the processes of ddp_spawn with the model: no run state, no reference to the model itself.
         state = self.__dict__.copy()
         state["module"] = None
         state["datamodule"] = None
-        state["_step_module"] = None
+        state["run_state"] = attrs.evolve(self.run_state, step_module=None)
         state["optimizers"] = []
         state["lr_scheduler_configs"] = []
         return state
 
     def __repr__(self) -> str:
-        return f"<Trainer state={self.state}\n{self._lite.active.config.summary()}>"
+        return f"<Trainer state={self.state}\n{self.run_state.lite.active.config.summary()}>"

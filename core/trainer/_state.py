@@ -1,0 +1,55 @@
+"""The state of one Trainer run, shared explicitly by the Trainer, its loops, the Module and callbacks.
+
+The Trainer is the user's object; its loops (fit, evaluation, prediction), checkpointing and the Module's
+``self.log`` work on this record instead of on the Trainer's private attributes, so what a loop may read
+and write is written down here once. Callbacks read it through the Trainer's public properties
+(``global_step``, ``callback_metrics``, ``batches_done``, ...).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import torch
+
+from core.callbacks._callback import CallbackHooks
+from core.trainer._checkpoint import FitProgress
+from core.trainer._logging import MetricStore
+
+if TYPE_CHECKING:
+    from core.lite import Lite
+
+
+def _cpu_store() -> MetricStore:
+    return MetricStore(None, True, torch.device("cpu"))
+
+
+@attrs.define(eq=False)
+class RunState:
+    """What a run holds while its loops run (and keeps after it, for the Trainer's properties).
+
+    :param lite: The ``Lite`` the run trains on (a fresh one per run).
+    :param hooks: The callbacks' hooks, bound once per run.
+    :param progress: Where the fit loop is (epoch, steps, batches); restored from checkpoints.
+    :param train_metrics: What ``self.log`` recorded during training.
+    :param metrics: The store ``self.log`` writes to now (the training one, or an evaluation loop's).
+    :param callback_metrics: Epoch values and the latest step values, for callbacks (monitor keys).
+    :param logged_metrics: What was last sent to the loggers.
+    :param prog_bar_names: Names logged with ``prog_bar=True``.
+    :param epoch_start_rng: The random generators as they were when this epoch's data was drawn.
+    :param resume_rng: The generators a resumed fit restores (at the save, at its epoch's start).
+    :param step_module: The set-up module whose forward runs the step methods (``None`` outside a run).
+    """
+
+    lite: Lite
+    hooks: CallbackHooks
+    progress: FitProgress = attrs.field(factory=FitProgress)
+    train_metrics: MetricStore = attrs.field(factory=_cpu_store)
+    metrics: MetricStore = attrs.field(default=attrs.Factory(lambda self: self.train_metrics, takes_self=True))
+    callback_metrics: dict[str, torch.Tensor] = attrs.field(factory=dict)
+    logged_metrics: dict[str, float] = attrs.field(factory=dict)
+    prog_bar_names: set[str] = attrs.field(factory=set)
+    epoch_start_rng: dict[str, Any] | None = None
+    resume_rng: tuple[Any, Any] | None = None
+    step_module: Any = None
