@@ -14,6 +14,7 @@ from __future__ import annotations
 from core_ddp._dp import DataParallelStrategy
 from core_ddp._errors import CollectiveError, CollectiveTimeoutError, PeerLostError, ProcessFailedError
 from core_ddp._launchers import failing
+from core_ddp._rendezvous import JOB_VARIABLE, RendezvousError
 from core_ddp._strategy import START_METHODS, DDPStrategy
 
 
@@ -48,6 +49,7 @@ def dp() -> DataParallelStrategy:
 
 
 __all__ = [
+    "JOB_VARIABLE",
     "START_METHODS",
     "CollectiveError",
     "CollectiveTimeoutError",
@@ -55,6 +57,7 @@ __all__ = [
     "DataParallelStrategy",
     "PeerLostError",
     "ProcessFailedError",
+    "RendezvousError",
     "ddp",
     "ddp_find_unused_parameters_true",
     "ddp_fork",

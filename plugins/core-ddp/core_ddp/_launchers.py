@@ -39,6 +39,7 @@ from core.toolkit import (
     write_failure,
 )
 from core_ddp._errors import ProcessFailedError, is_peer_lost
+from core_ddp._rendezvous import JOB_VARIABLE
 
 PREFIX: Final = "core-ddp"
 
@@ -76,6 +77,7 @@ class Layout:
     node_rank: int
     main_address: str
     main_port: int
+    job_id: str | None = None  # set when this launcher hosts the job's store (see _rendezvous)
 
     @property
     def world_size(self) -> int:
@@ -95,6 +97,7 @@ class Layout:
             "LOCAL_RANK": str(local_rank),
             "LOCAL_WORLD_SIZE": str(self.devices_per_node),
             "RANK": str(self.global_rank(local_rank)),
+            **({JOB_VARIABLE: self.job_id} if self.job_id else {}),
         }
 
 

@@ -1,5 +1,15 @@
 """Where the ranks of a process group meet: a TCP store on the main address, with a key prefix per run.
 
+**Processes this strategy starts itself** (one node): the launching process creates the store before it
+starts any rank, on a listening socket it binds itself (the port the environment proposed, or any free port
+if that one was taken meanwhile), and keeps it for the job. The ranks, including the launcher's own rank 0,
+connect to it as clients. No rank ever binds a port that another program might have taken since it was
+chosen, and every rank checks that the store it reached holds its own job's id (``CORE_DDP_JOB``), so a
+rank sent to another job's store fails at once with :class:`RendezvousError` instead of inside gloo.
+
+**Processes started by someone else** (torchrun, srun, mpirun, several nodes by hand): their conventions are
+kept. Global rank 0 serves the store on ``MASTER_PORT`` (or torchrun's agent does), the others connect.
+
 A script may run several times in one process (two ``Lite`` objects one after the other). A module from
 the first run can keep that run's process group, and with it the store's server, alive. The stores are
 ``multi_tenant``, so a second store on the same port shares the live server instead of failing to bind, and
@@ -13,18 +23,85 @@ import contextlib
 import ipaddress
 import os
 import socket
+import uuid
 from collections import Counter
 from datetime import timedelta
 from typing import Final
 
+import attrs
 import torch.distributed as dist
 
-from core import ClusterInfo
+from core import ClusterInfo, CoreError
 
+JOB_VARIABLE: Final = "CORE_DDP_JOB"
+"""The id of the job whose launcher hosts the store; set in every rank the strategy starts."""
+JOB_KEY: Final = "core-ddp/job"
 _AGENT_STORE_VARIABLE: Final = "TORCHELASTIC_USE_AGENT_STORE"
 _RESTART_COUNT_VARIABLE: Final = "TORCHELASTIC_RESTART_COUNT"
 
 _runs: Counter[tuple[str, int, int]] = Counter()
+
+
+class RendezvousError(CoreError, RuntimeError):
+    """A rank reached a store that is not its job's, or could not reach one at all."""
+
+
+@attrs.frozen
+class HostedStore:
+    """The store a launching process serves for the ranks it starts."""
+
+    store: dist.TCPStore
+    port: int
+    job_id: str
+
+
+# The store this process hosts for the job it launched; kept until the next launch or the process's end.
+_hosted: HostedStore | None = None
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def _listener(address: str, port: int) -> socket.socket:
+    """A listening socket on ``address:port`` (only that address when it is a loopback one, else every one)."""
+    bind_to = ("127.0.0.1" if address == "localhost" else address) if _is_loopback(address) else ""
+    family = socket.AF_INET6 if ":" in bind_to else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((bind_to, port))
+        listener.listen(socket.SOMAXCONN)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def host_store(address: str, proposed_port: int, world_size: int, timeout: timedelta) -> HostedStore:
+    """Serve the job's store from this (launching) process; the ranks it starts connect to it.
+
+    :param address: The main address (the ranks connect there).
+    :param proposed_port: The port the environment proposed; if it was taken since, any free port is used.
+    :return: The store, the port it listens on and the job's id, already written into the store.
+    """
+    global _hosted
+    try:
+        listener = _listener(address, proposed_port)
+    except OSError:  # taken since it was proposed: the race this design closes; any free port will do
+        listener = _listener(address, 0)
+    port = int(listener.getsockname()[1])
+    store = dist.TCPStore(
+        address, port, world_size, True, timeout=timeout, wait_for_workers=False, multi_tenant=True,
+        master_listen_fd=listener.detach(),
+    )
+    job_id = uuid.uuid4().hex
+    store.set(JOB_KEY, job_id)
+    _hosted = HostedStore(store, port, job_id)
+    return _hosted
 
 
 def _loopback_listener(address: str, port: int) -> int | None:
@@ -35,32 +112,46 @@ def _loopback_listener(address: str, port: int) -> int | None:
     loopback address only. When a store of this process already serves the port (a second run), binding fails
     and the store reuses that server, as before.
     """
-    try:
-        loopback = ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        loopback = address == "localhost"
-        address = "127.0.0.1" if loopback else address
-    if not loopback:
+    if not _is_loopback(address):
         return None
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((address, port))
-        listener.listen(socket.SOMAXCONN)
+        listener = _listener(address, port)
     except OSError:
-        listener.close()
         return None
     with contextlib.suppress(OSError):
         listener.set_inheritable(False)
     return listener.detach()  # the store owns the descriptor from here on
 
 
+def _check_job(store: dist.Store, cluster: ClusterInfo, job_id: str) -> None:
+    where = f"{cluster.main_address}:{cluster.main_port}"
+    found = store.get(JOB_KEY).decode() if store.check([JOB_KEY]) else None
+    if found != job_id:
+        what = "a store of another program" if found is None else f"the store of another job ({found})"
+        raise RendezvousError(
+            f"core-ddp: global rank {cluster.global_rank} of job {job_id} reached {what} at {where}, not its "
+            f"launcher's. MASTER_ADDR/MASTER_PORT or {JOB_VARIABLE} in this process's environment come from "
+            f"another run; start the job again from a clean environment (unset them), or let the launcher choose."
+        )
+
+
 def store_for(cluster: ClusterInfo, timeout: timedelta) -> dist.Store:
-    """The store of this run: global rank 0 serves it (unless torchrun's agent does), under a new prefix."""
+    """The store of this run, under a new key prefix: the launcher's (a client of it) or global rank 0's."""
     key = (cluster.main_address, cluster.main_port, cluster.world_size)
     run = _runs[key]
     _runs[key] += 1
+    job_id = os.environ.get(JOB_VARIABLE)
+    if job_id:
+        try:
+            store = dist.TCPStore(cluster.main_address, cluster.main_port, cluster.world_size, False, timeout=timeout)
+        except (RuntimeError, TimeoutError) as error:  # DistNetworkError and DistStoreError are RuntimeErrors
+            raise RendezvousError(
+                f"core-ddp: global rank {cluster.global_rank} of job {job_id} could not reach its launcher's store "
+                f"at {cluster.main_address}:{cluster.main_port} ({type(error).__name__}: {error}). Did the "
+                f"launching process exit? Its output says why."
+            ) from error
+        _check_job(store, cluster, job_id)
+        return dist.PrefixStore(f"core-ddp/job-{job_id}/run-{run}/", store)
     # Under torchrun the agent already serves a store on MASTER_PORT; every rank is a client of it.
     serves = cluster.global_rank == 0 and os.environ.get(_AGENT_STORE_VARIABLE) != "True"
     listen_fd = _loopback_listener(cluster.main_address, cluster.main_port) if serves else None

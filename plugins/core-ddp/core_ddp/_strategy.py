@@ -21,7 +21,7 @@ from core import ConfigurationError, Supports, hookimpl
 from core.toolkit import SingleDeviceStrategy, check_reduce_op, is_interactive
 from core_ddp import _launchers
 from core_ddp._collectives import Communicator
-from core_ddp._rendezvous import store_for
+from core_ddp._rendezvous import host_store, store_for
 
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 """``popen`` re-runs the script as the other ranks; the others start them with ``torch.multiprocessing``."""
@@ -147,12 +147,19 @@ class DDPStrategy(SingleDeviceStrategy):
             _launchers.install_exception_hook(cluster.global_rank, cluster.world_size)
             return _launchers.run_rank(function, args, kwargs, cluster.global_rank, cluster.world_size)
         self._refuse_interactive()
+        main_port, job_id = cluster.main_port, None
+        if active.config.num_nodes == 1:
+            # This process starts every rank of the job: it serves the store itself, bound before any rank
+            # starts, and the ranks connect to it (no port chosen now and bound later by someone else).
+            hosted = host_store(cluster.main_address, cluster.main_port, cluster.world_size, self.timeout)
+            main_port, job_id = hosted.port, hosted.job_id
         layout = _launchers.Layout(
             devices_per_node=active.config.devices_per_node,
             num_nodes=active.config.num_nodes,
             node_rank=cluster.node_rank,
             main_address=cluster.main_address,
-            main_port=cluster.main_port,
+            main_port=main_port,
+            job_id=job_id,
         )
         if self.start_method != "popen":
             return _launchers.start_processes(function, args, kwargs, layout, self.start_method)

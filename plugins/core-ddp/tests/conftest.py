@@ -105,7 +105,8 @@ class Jobs:
         env = {
             key: value for key, value in os.environ.items()
             if key not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
-                           "MASTER_PORT", "LOCAL_WORLD_SIZE", "CORE_RUN_ERROR_FILE", "CORE_RUN_PARENT_PID"}
+                           "MASTER_PORT", "LOCAL_WORLD_SIZE", "CORE_RUN_ERROR_FILE", "CORE_RUN_PARENT_PID",
+                           "CORE_DDP_JOB"}
             and not key.startswith(("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_"))
         }
         env.update({"OMP_NUM_THREADS": "1", TOKEN_VARIABLE: token, "PYTHONUNBUFFERED": "1"})

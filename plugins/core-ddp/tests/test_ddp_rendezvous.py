@@ -1,0 +1,91 @@
+"""The launcher serves the job's store before any rank starts; ranks check they joined their own job."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+from conftest import Jobs
+from core_ddp import JOB_VARIABLE
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(600)]
+
+
+def reports(out: Path) -> list[dict[str, object]]:
+    return [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(2)]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_a_job_meets_at_its_launchers_store_with_its_own_job_id(jobs: Jobs, tmp_path: Path, strategy: str) -> None:
+    out = tmp_path / strategy
+    out.mkdir()
+    finished = jobs.run(jobs.script("rendezvous_job.py", str(out), strategy), timeout=240)
+    assert finished.returncode == 0, finished.output
+    first, second = reports(out)
+    assert first["sum"] == second["sum"] == 3.0
+    assert first["job"] and first["job"] == second["job"]  # both ranks carry the launcher's job id
+    assert first["port"] == second["port"]
+
+
+def test_eight_jobs_at_once_all_meet_their_own_ranks(jobs: Jobs, tmp_path: Path) -> None:
+    started = []
+    for index in range(8):
+        out = tmp_path / f"job-{index}"
+        out.mkdir()
+        started.append((out, jobs.start(jobs.script("rendezvous_job.py", str(out)))))
+    ports, job_ids = set(), set()
+    for out, running in started:
+        finished = running.finish(timeout=400)
+        assert finished.returncode == 0, finished.output
+        first, second = reports(out)
+        assert first["sum"] == second["sum"] == 3.0
+        ports.add(first["port"])
+        job_ids.add(first["job"])
+    assert len(job_ids) == 8 and len(ports) == 8
+
+
+def test_a_proposed_port_taken_before_launch_is_replaced_not_shared(jobs: Jobs, tmp_path: Path) -> None:
+    """MASTER_PORT names a port another program listens on: the launcher binds another one for its store."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        out = tmp_path / "out"
+        out.mkdir()
+        finished = jobs.run(jobs.script("rendezvous_job.py", str(out)), timeout=240,
+                            extra_env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(taken)})
+    assert finished.returncode == 0, finished.output
+    assert {report["port"] for report in reports(out)} != {str(taken)}
+
+
+def _rank_of_a_job(jobs: Jobs, tmp_path: Path, port: int, job: str) -> str:
+    """Start what looks like rank 1 of job ``job`` whose launcher is at ``port``; return its stderr."""
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    environment = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "LOCAL_RANK": "1", "RANK": "1",
+                   "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0", JOB_VARIABLE: job}
+    started = time.monotonic()
+    finished = jobs.run(jobs.script("rendezvous_job.py", str(out)), timeout=120, extra_env=environment)
+    assert finished.returncode != 0
+    assert time.monotonic() - started < 60  # at once, not after a collective's timeout
+    return finished.stderr
+
+
+def test_a_rank_sent_to_another_jobs_store_fails_at_once_naming_both_jobs(jobs: Jobs, tmp_path: Path) -> None:
+    other = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+    other.set("core-ddp/job", "the-other-job")
+    stderr = _rank_of_a_job(jobs, tmp_path, other.port, "this-job")
+    assert "RendezvousError: core-ddp: global rank 1 of job this-job reached the store of another job " in stderr
+    assert f"(the-other-job) at 127.0.0.1:{other.port}, not its launcher's" in stderr
+    assert "DistNetworkError" not in stderr
+
+
+def test_a_rank_sent_to_a_store_of_another_program_says_so(jobs: Jobs, tmp_path: Path) -> None:
+    foreign = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+    stderr = _rank_of_a_job(jobs, tmp_path, foreign.port, "this-job")
+    assert f"reached a store of another program at 127.0.0.1:{foreign.port}" in stderr
