@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Final
 
 from core._errors import CoreError
+from core.toolkit._listeners import LISTEN_FD_VARIABLE, bind_listener
 from core.toolkit._supervisor import Supervisor, start_worker
 
 PREFIX: Final = "core.run"
@@ -111,7 +112,14 @@ def launch(options: argparse.Namespace) -> int:
         raise CoreError(f"--node-rank {options.node_rank} is outside 0..{options.num_nodes - 1} "
                         f"(--num-nodes {options.num_nodes}).")
     nprocs = processes_per_node(options.accelerator, options.strategy, options.devices, options.num_nodes)
-    port = _main_port(options)
+    listener = None
+    if options.main_port is None and options.num_nodes == 1:
+        # Bound here, before any rank starts, and handed to global rank 0 for its store: no other program can
+        # take the port between its choice and its use (see core.toolkit.bind_listener).
+        listener = bind_listener(options.main_address, 0)
+        port = int(listener.getsockname()[1])
+    else:
+        port = _main_port(options)
     target = ["-m", options.script] if options.module else [options.script]
     command = [sys.executable, *target, *options.script_args]
     base = dict(os.environ)
@@ -123,7 +131,12 @@ def launch(options: argparse.Namespace) -> int:
             global_rank = options.node_rank * nprocs + local_rank
             environment = {**base, **worker_environment(options, local_rank, nprocs, port)}
             error_file = str(Path(scratch) / f"rank-{global_rank}.json")
-            workers.append(start_worker(command, environment, global_rank, local_rank, error_file))
+            handed = [listener.fileno()] if listener is not None and global_rank == 0 else []
+            if handed:
+                environment[LISTEN_FD_VARIABLE] = str(handed[0])
+            workers.append(start_worker(command, environment, global_rank, local_rank, error_file, pass_fds=handed))
+        if listener is not None:
+            listener.close()  # global rank 0 holds its own copy
         supervisor = Supervisor(workers, prefix=PREFIX)
         _stop_on_signal(supervisor)
         found = supervisor.wait()

@@ -15,9 +15,12 @@ started by a supervisor; :func:`watch_parent` and :func:`set_parent_death_signal
 launcher dies; :data:`ERROR_FILE_VARIABLE` and :data:`PARENT_PID_VARIABLE` name the variables that carry
 this to a rank.
 
-**Environments**: :class:`ExportedVariables` sets ``MASTER_ADDR``-style variables for a run and restores
-them at teardown; :func:`find_free_port` asks the OS for a free port (racy: prefer binding port 0 yourself
-and keeping the socket); :func:`is_interactive` says whether this is a REPL or notebook kernel.
+**Environments and rendezvous**: :class:`ExportedVariables` sets ``MASTER_ADDR``-style variables for a run
+and restores them at teardown; :func:`bind_listener` binds a listening socket before any rank starts (port 0:
+no race with other programs), and a launcher hands its descriptor down under :data:`LISTEN_FD_VARIABLE` for
+the serving rank to take with :func:`take_inherited_listener`; :func:`is_loopback` tells whether an address is
+this machine's; :func:`find_free_port` asks the OS for a free port (racy: prefer :func:`bind_listener`);
+:func:`is_interactive` says whether this is a REPL or notebook kernel.
 
 **Files**: :func:`atomic_write` writes through a temporary file, fsync and rename (local paths) or a single
 upload (fsspec URLs), so a reader never sees half a file; :func:`atomic_torch_save` does that for
@@ -59,6 +62,10 @@ _LAZY: Final[dict[str, tuple[str, str]]] = {
     "ExportedVariables": ("core.builtin.environments", "ExportedVariables"),
     "find_free_port": ("core.builtin.environments", "find_free_port"),
     "is_interactive": ("core.registry._resolver", "is_interactive"),
+    "LISTEN_FD_VARIABLE": ("core.toolkit._listeners", "LISTEN_FD_VARIABLE"),
+    "bind_listener": ("core.toolkit._listeners", "bind_listener"),
+    "is_loopback": ("core.toolkit._listeners", "is_loopback"),
+    "take_inherited_listener": ("core.toolkit._listeners", "take_inherited_listener"),
     # files
     "atomic_write": ("core.toolkit._storage", "atomic_write"),
     "atomic_torch_save": ("core.builtin.checkpoint_io", "atomic_torch_save"),
@@ -94,6 +101,7 @@ if TYPE_CHECKING:
     from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, to_checkpoint
     from core.toolkit._checkpoint_state import restore as restore_state
     from core.toolkit._collections import apply_to_tensors
+    from core.toolkit._listeners import LISTEN_FD_VARIABLE, bind_listener, is_loopback, take_inherited_listener
     from core.toolkit._module_additions import hook_keys, remove_added
     from core.toolkit._storage import (
         atomic_write,
@@ -136,6 +144,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ERROR_FILE_VARIABLE",
+    "LISTEN_FD_VARIABLE",
     "PARENT_PID_VARIABLE",
     "PRECISION_KEY",
     "REDUCE_OPS",
@@ -148,12 +157,14 @@ __all__ = [
     "apply_to_tensors",
     "atomic_torch_save",
     "atomic_write",
+    "bind_listener",
     "check_reduce_op",
     "exists",
     "filesystem",
     "find_free_port",
     "hook_keys",
     "is_interactive",
+    "is_loopback",
     "is_stateful",
     "is_url",
     "join",
@@ -167,6 +178,7 @@ __all__ = [
     "set_parent_death_signal",
     "start_worker",
     "supervised",
+    "take_inherited_listener",
     "to_checkpoint",
     "torch_load_from",
     "watch_parent",

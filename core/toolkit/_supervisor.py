@@ -243,8 +243,13 @@ def start_worker(
     global_rank: int,
     local_rank: int,
     error_file: str,
+    pass_fds: Sequence[int] = (),
 ) -> Worker:
-    """Start ``command`` as a supervised worker in its own process group, tied to this process's life."""
+    """Start ``command`` as a supervised worker in its own process group, tied to this process's life.
+
+    :param pass_fds: Descriptors the worker inherits (a listening socket for its store, see
+        :func:`core.toolkit.bind_listener`).
+    """
     launcher = os.getpid()
     env = {**environment, ERROR_FILE_VARIABLE: error_file, PARENT_PID_VARIABLE: str(launcher)}
     handle = subprocess.Popen(
@@ -252,6 +257,7 @@ def start_worker(
         env=env,
         start_new_session=True,
         preexec_fn=lambda: set_parent_death_signal(launcher),
+        pass_fds=tuple(pass_fds),
     )
     return Worker(global_rank, local_rank, handle, error_file, own_process_group=True)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import SCRIPTS, horovodrun, run_horovod
+from horovod_harness import SCRIPTS, horovodrun, run_horovod
 
 from core.testing import StrategyConformance
 

@@ -20,9 +20,7 @@ a job run the same script, so the n-th run of each uses the same prefix.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
-import socket
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -32,6 +30,7 @@ import attrs
 import torch.distributed as dist
 
 from core import ClusterInfo, CoreError
+from core.toolkit import bind_listener, is_loopback, take_inherited_listener
 
 JOB_VARIABLE: Final = "CORE_DDP_JOB"
 """The id of the job whose launcher hosts the store; set in every rank the strategy starts."""
@@ -59,28 +58,6 @@ class HostedStore:
 _hosted: HostedStore | None = None
 
 
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return address == "localhost"
-
-
-def _listener(address: str, port: int) -> socket.socket:
-    """A listening socket on ``address:port`` (only that address when it is a loopback one, else every one)."""
-    bind_to = ("127.0.0.1" if address == "localhost" else address) if _is_loopback(address) else ""
-    family = socket.AF_INET6 if ":" in bind_to else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((bind_to, port))
-        listener.listen(socket.SOMAXCONN)
-    except OSError:
-        listener.close()
-        raise
-    return listener
-
-
 def host_store(address: str, proposed_port: int, world_size: int, timeout: timedelta) -> HostedStore:
     """Serve the job's store from this (launching) process; the ranks it starts connect to it.
 
@@ -90,9 +67,9 @@ def host_store(address: str, proposed_port: int, world_size: int, timeout: timed
     """
     global _hosted
     try:
-        listener = _listener(address, proposed_port)
+        listener = bind_listener(address, proposed_port)
     except OSError:  # taken since it was proposed: the race this design closes; any free port will do
-        listener = _listener(address, 0)
+        listener = bind_listener(address, 0)
     port = int(listener.getsockname()[1])
     store = dist.TCPStore(
         address, port, world_size, True, timeout=timeout, wait_for_workers=False, multi_tenant=True,
@@ -104,18 +81,21 @@ def host_store(address: str, proposed_port: int, world_size: int, timeout: timed
     return _hosted
 
 
-def _loopback_listener(address: str, port: int) -> int | None:
-    """A listening socket on a loopback main address, handed to the store; None to let the store bind.
+def _listen_fd(address: str, port: int) -> int | None:
+    """The listening socket global rank 0's store serves on, or None to let the store bind one itself.
 
-    TCPStore's server listens on every interface of the machine. When the whole job runs on this machine (the
-    main address is 127.0.0.1 or ::1), nothing outside it needs to reach the store, so it listens on the
-    loopback address only. When a store of this process already serves the port (a second run), binding fails
-    and the store reuses that server, as before.
+    Preferably the one the launcher bound before starting this process (``python -m core.run``); else, when
+    the whole job runs on this machine, one bound to the loopback address only (TCPStore's own server
+    listens on every interface). When a store of this process already serves the port (a second run),
+    binding fails and the store reuses that server, as before.
     """
-    if not _is_loopback(address):
+    inherited = take_inherited_listener()
+    if inherited is not None:
+        return inherited
+    if not is_loopback(address):
         return None
     try:
-        listener = _listener(address, port)
+        listener = bind_listener(address, port)
     except OSError:
         return None
     with contextlib.suppress(OSError):
@@ -154,7 +134,7 @@ def store_for(cluster: ClusterInfo, timeout: timedelta) -> dist.Store:
         return dist.PrefixStore(f"core-ddp/job-{job_id}/run-{run}/", store)
     # Under torchrun the agent already serves a store on MASTER_PORT; every rank is a client of it.
     serves = cluster.global_rank == 0 and os.environ.get(_AGENT_STORE_VARIABLE) != "True"
-    listen_fd = _loopback_listener(cluster.main_address, cluster.main_port) if serves else None
+    listen_fd = _listen_fd(cluster.main_address, cluster.main_port) if serves else None
     store = dist.TCPStore(
         cluster.main_address, cluster.main_port, cluster.world_size, serves, timeout=timeout, multi_tenant=True,
         master_listen_fd=listen_fd,

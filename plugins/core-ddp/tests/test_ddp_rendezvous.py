@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime
 import json
 import socket
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch.distributed as dist
-from conftest import Jobs
 from core_ddp import JOB_VARIABLE
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(600)]
@@ -21,7 +22,7 @@ def reports(out: Path) -> list[dict[str, object]]:
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
-def test_a_job_meets_at_its_launchers_store_with_its_own_job_id(jobs: Jobs, tmp_path: Path, strategy: str) -> None:
+def test_a_job_meets_at_its_launchers_store_with_its_own_job_id(jobs: Any, tmp_path: Path, strategy: str) -> None:
     out = tmp_path / strategy
     out.mkdir()
     finished = jobs.run(jobs.script("rendezvous_job.py", str(out), strategy), timeout=240)
@@ -32,7 +33,7 @@ def test_a_job_meets_at_its_launchers_store_with_its_own_job_id(jobs: Jobs, tmp_
     assert first["port"] == second["port"]
 
 
-def test_eight_jobs_at_once_all_meet_their_own_ranks(jobs: Jobs, tmp_path: Path) -> None:
+def test_eight_jobs_at_once_all_meet_their_own_ranks(jobs: Any, tmp_path: Path) -> None:
     started = []
     for index in range(8):
         out = tmp_path / f"job-{index}"
@@ -49,7 +50,7 @@ def test_eight_jobs_at_once_all_meet_their_own_ranks(jobs: Jobs, tmp_path: Path)
     assert len(job_ids) == 8 and len(ports) == 8
 
 
-def test_a_proposed_port_taken_before_launch_is_replaced_not_shared(jobs: Jobs, tmp_path: Path) -> None:
+def test_a_proposed_port_taken_before_launch_is_replaced_not_shared(jobs: Any, tmp_path: Path) -> None:
     """MASTER_PORT names a port another program listens on: the launcher binds another one for its store."""
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
@@ -63,7 +64,7 @@ def test_a_proposed_port_taken_before_launch_is_replaced_not_shared(jobs: Jobs, 
     assert {report["port"] for report in reports(out)} != {str(taken)}
 
 
-def _rank_of_a_job(jobs: Jobs, tmp_path: Path, port: int, job: str) -> str:
+def _rank_of_a_job(jobs: Any, tmp_path: Path, port: int, job: str) -> str:
     """Start what looks like rank 1 of job ``job`` whose launcher is at ``port``; return its stderr."""
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
@@ -76,7 +77,7 @@ def _rank_of_a_job(jobs: Jobs, tmp_path: Path, port: int, job: str) -> str:
     return finished.stderr
 
 
-def test_a_rank_sent_to_another_jobs_store_fails_at_once_naming_both_jobs(jobs: Jobs, tmp_path: Path) -> None:
+def test_a_rank_sent_to_another_jobs_store_fails_at_once_naming_both_jobs(jobs: Any, tmp_path: Path) -> None:
     other = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
     other.set("core-ddp/job", "the-other-job")
     stderr = _rank_of_a_job(jobs, tmp_path, other.port, "this-job")
@@ -85,7 +86,20 @@ def test_a_rank_sent_to_another_jobs_store_fails_at_once_naming_both_jobs(jobs: 
     assert "DistNetworkError" not in stderr
 
 
-def test_a_rank_sent_to_a_store_of_another_program_says_so(jobs: Jobs, tmp_path: Path) -> None:
+def test_a_rank_sent_to_a_store_of_another_program_says_so(jobs: Any, tmp_path: Path) -> None:
     foreign = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
     stderr = _rank_of_a_job(jobs, tmp_path, foreign.port, "this-job")
     assert f"reached a store of another program at 127.0.0.1:{foreign.port}" in stderr
+
+
+def test_core_run_binds_the_port_and_hands_the_socket_to_global_rank_zero(jobs: Any, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    command = [sys.executable, "-m", "core.run", "--strategy", "ddp", "--devices", "2",
+               *jobs.script("rendezvous_job.py", str(out))[1:]]
+    finished = jobs.run(command, timeout=240)
+    assert finished.returncode == 0, finished.output
+    first, second = reports(out)
+    assert first["sum"] == second["sum"] == 3.0 and first["port"] == second["port"]
+    assert first["inherited"] is not None and second["inherited"] is None  # only the serving rank gets it
+    assert first["job"] is None  # started by a launcher: global rank 0 serves, on the handed socket

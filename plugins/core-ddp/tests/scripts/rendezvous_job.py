@@ -9,11 +9,13 @@ import torch
 
 from core import Lite
 
+INHERITED = os.environ.get("CORE_LISTEN_FD")  # a listening socket handed down by python -m core.run
+
 
 def main(lite: Lite, out: Path) -> None:
     total = lite.all_reduce(torch.tensor([float(lite.global_rank + 1)]), reduce_op="sum")
     report = {"rank": lite.global_rank, "sum": total.item(), "port": os.environ["MASTER_PORT"],
-              "job": os.environ.get("CORE_DDP_JOB")}
+              "job": os.environ.get("CORE_DDP_JOB"), "inherited": INHERITED}
     (out / f"rank-{lite.global_rank}.json").write_text(json.dumps(report))
 
 
