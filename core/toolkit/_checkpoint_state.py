@@ -59,29 +59,133 @@ def to_checkpoint(state: Mapping[str, Any], filter: Filter | None, precision_sta
 def restore(state: dict[str, Any], checkpoint: dict[str, Any], strict: bool, path: str) -> dict[str, Any]:
     """Load ``checkpoint`` into the objects of ``state`` in place and return the entries it did not ask for.
 
-    Stateful objects get ``load_state_dict``; plain values in ``state`` are replaced by the saved ones.
+    Stateful objects get ``load_state_dict``; plain values in ``state`` are replaced by the saved ones. Every
+    module's keys and shapes are checked before anything is loaded, so a checkpoint that does not fit raises
+    :class:`CheckpointError` naming the first mismatches and leaves every object as it was.
     """
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"The checkpoint {path!r} holds a {type(checkpoint).__name__}, not a dict of entries.")
     missing = sorted(key for key in state if key not in checkpoint)
     if strict and missing:
         raise CheckpointError(
             f"The checkpoint {path!r} has no entry for {missing}; it holds {sorted(checkpoint)}. "
             f"Pass strict=False to load what is there."
         )
-    for key, target in list(state.items()):
-        if key not in checkpoint:
-            continue
-        saved = checkpoint.pop(key)
-        if is_stateful(target):
-            _load_into(target, saved, strict)
-        else:
-            state[key] = saved
+    for key, target in state.items():  # check everything first: a failure leaves every object untouched
+        if key in checkpoint and is_stateful(target):
+            _check_fits(target, checkpoint[key], strict, f"{path!r}, entry {key!r}")
+    _load_all(state, checkpoint, strict, path)
+    for key in list(state):
+        if key in checkpoint and not is_stateful(state[key]):
+            state[key] = checkpoint.pop(key)
+    for key in state:
+        checkpoint.pop(key, None)
     return checkpoint
 
 
-def _load_into(target: Any, saved: Any, strict: bool) -> None:
+def _load_all(state: dict[str, Any], checkpoint: dict[str, Any], strict: bool, path: str) -> None:
+    """Load every stateful entry, all or nothing.
+
+    Modules, checked key by key and shape by shape above, load last; optimizers and other stateful objects
+    first, each backed up before it loads while another may still fail, and put back if one does.
+    """
+    import copy
+
     import torch
 
+    targets = [(key, target) for key, target in state.items() if key in checkpoint and is_stateful(target)]
+    targets.sort(key=lambda item: isinstance(item[1], torch.nn.Module))
+    backups: list[tuple[Any, Any]] = []
+    try:
+        for index, (key, target) in enumerate(targets):
+            if index < len(targets) - 1 and not isinstance(target, torch.nn.Module):
+                backups.append((target, copy.deepcopy(target.state_dict())))
+            _load_into(target, checkpoint[key], strict, f"{path!r}, entry {key!r}")
+    except CheckpointError:
+        for target, backup in backups:
+            target.load_state_dict(backup)
+        raise
+
+
+_SHOWN: Final = 5  # mismatching keys named in a message
+
+
+def _name(target: Any) -> str:
+    """The class a user knows the object by, under wrappers that expose it (``.module``, ``.optimizer``)."""
+    import torch
+
+    for attribute, kind in (("module", torch.nn.Module), ("optimizer", torch.optim.Optimizer)):
+        inner = getattr(target, attribute, None)
+        while isinstance(inner, kind) and inner is not target:
+            target, inner = inner, getattr(inner, attribute, None)
+    return type(target).__name__
+
+
+def _shape(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return str(tuple(shape)) if shape is not None else type(value).__name__
+
+
+def _check_fits(target: Any, saved: Any, strict: bool, where: str) -> None:
+    """Raise :class:`CheckpointError` when ``saved`` cannot be loaded into ``target``; load nothing."""
+    import torch
+
+    if not isinstance(saved, Mapping):
+        raise CheckpointError(
+            f"The checkpoint {where} holds a {type(saved).__name__}, but a {_name(target)} needs a state "
+            f"dict (a mapping); was it saved from something else?"
+        )
     if isinstance(target, torch.nn.Module):
-        target.load_state_dict(saved, strict=strict)
-    else:
-        target.load_state_dict(saved)
+        expected = target.state_dict()
+        wrong = [
+            f"{name}: checkpoint {_shape(saved[name])} vs module {_shape(value)}"
+            for name, value in expected.items()
+            if name in saved and getattr(saved[name], "shape", None) != getattr(value, "shape", None)
+        ]
+        absent = [name for name in expected if name not in saved]
+        extra = [name for name in saved if name not in expected]
+        problems = []
+        if wrong:
+            problems.append(f"{len(wrong)} tensor(s) of another shape: " + "; ".join(wrong[:_SHOWN]))
+        if strict and absent:
+            problems.append(f"{len(absent)} key(s) the module has and the checkpoint lacks: {absent[:_SHOWN]}")
+        if strict and extra:
+            problems.append(f"{len(extra)} key(s) the checkpoint has and the module lacks: {extra[:_SHOWN]}")
+        if problems:
+            raise CheckpointError(
+                f"The checkpoint {where} does not fit the {_name(target)}: " + "; ".join(problems)
+                + ". Build the module as it was when saved" + ("" if wrong else ", or load with strict=False") + "."
+            )
+    elif isinstance(target, torch.optim.Optimizer):
+        if not isinstance(saved.get("state"), Mapping):
+            raise CheckpointError(
+                f"The checkpoint {where} is not an optimizer's state dict: it has no 'state' mapping (its keys: "
+                f"{sorted(map(str, saved))[:_SHOWN]}); the file may be damaged, or the entry saved from something else."
+            )
+        groups = saved.get("param_groups")
+        mine = target.param_groups
+        if not isinstance(groups, list) or len(groups) != len(mine) or any(
+            not isinstance(group, Mapping) or len(group.get("params", ())) != len(own["params"])
+            for group, own in zip(groups, mine, strict=False)
+        ):
+            found = [len(group.get("params", ())) for group in groups] if isinstance(groups, list) else groups
+            raise CheckpointError(
+                f"The checkpoint {where} holds an optimizer with parameter groups of sizes {found}, but this "
+                f"{_name(target)} has {[len(own['params']) for own in mine]}: build the optimizer over the "
+                f"same parameters, in the same groups, as when it was saved."
+            )
+
+
+def _load_into(target: Any, saved: Any, strict: bool, where: str) -> None:
+    import torch
+
+    try:
+        if isinstance(target, torch.nn.Module):
+            target.load_state_dict(saved, strict=strict)
+        else:
+            target.load_state_dict(saved)
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as error:
+        raise CheckpointError(
+            f"The checkpoint {where} could not be loaded into the {_name(target)}: "
+            f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        ) from error
