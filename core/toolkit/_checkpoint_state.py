@@ -130,6 +130,8 @@ def _check_fits(target: Any, saved: Any, strict: bool, where: str) -> None:
     """Raise :class:`CheckpointError` when ``saved`` cannot be loaded into ``target``; load nothing."""
     import torch
 
+    if not isinstance(target, (torch.nn.Module, torch.optim.Optimizer)):
+        return  # other stateful objects (schedulers, lists of states) check their own state dicts
     if not isinstance(saved, Mapping):
         raise CheckpointError(
             f"The checkpoint {where} holds a {type(saved).__name__}, but a {_name(target)} needs a state "
