@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 DISTS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml))
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint typecheck unit demo bench bench-peers docs clean
+.PHONY: setup test lint typecheck unit demo bench bench-peers docs clean stress
 
 setup: $(STAMP)
 
@@ -49,6 +49,12 @@ demo: setup
 	@echo
 	# The same task as a Module + DataModule under the Trainer (logs and checkpoints under runs/demo).
 	OMP_NUM_THREADS=1 $(PY) examples/digits_trainer.py --accelerator cpu --strategy ddp --devices 2 --root runs/demo
+
+# Not part of `make test`: every multi-process test file STRESS_N times (default 10), then 5 rounds of 8
+# concurrent 2-process ddp jobs; prints the failure count per test.
+STRESS_N ?= 10
+stress: setup
+	STRESS_N=$(STRESS_N) $(PY) scripts/stress.py
 
 bench: setup
 	$(PY) -m bench
