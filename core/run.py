@@ -25,7 +25,7 @@ from typing import Final
 
 from core._errors import CoreError
 from core.toolkit._listeners import LISTEN_FD_VARIABLE, bind_listener
-from core.toolkit._supervisor import Supervisor, start_worker
+from core.toolkit._supervisor import PREEMPTED_EXIT_CODE, Supervisor, start_worker
 
 PREFIX: Final = "core.run"
 DEFAULT_MULTI_NODE_PORT: Final = 29500
@@ -144,6 +144,10 @@ def launch(options: argparse.Namespace) -> int:
         if found:
             print(supervisor.report(found, stopped), file=sys.stderr, flush=True)
             return 1
+        if any(worker.exit_code() == PREEMPTED_EXIT_CODE for worker in workers):
+            print(f"{PREFIX}: the job stopped on a preemption notice after saving; run the same command again to "
+                  f"resume.", file=sys.stderr, flush=True)
+            return PREEMPTED_EXIT_CODE
     return 0
 
 

@@ -20,6 +20,14 @@ from __future__ import annotations
 
 from core.fault_tolerance._callback import FaultTolerance
 from core.fault_tolerance._checkpoints import ResumableCheckpoints
+from core.fault_tolerance._preemption import Preempted
 from core.fault_tolerance._resumer import CHECKPOINT_NAME, MARKER_NAME, CheckpointDirectory
 
-__all__ = ["CHECKPOINT_NAME", "MARKER_NAME", "CheckpointDirectory", "FaultTolerance", "ResumableCheckpoints"]
+__all__ = [
+    "CHECKPOINT_NAME",
+    "MARKER_NAME",
+    "CheckpointDirectory",
+    "FaultTolerance",
+    "Preempted",
+    "ResumableCheckpoints",
+]

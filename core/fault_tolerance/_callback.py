@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
+from core.fault_tolerance._preemption import PreemptionWatch, on_preemption
 from core.fault_tolerance._resumer import CheckpointDirectory, Resumer
 from core.trainer._checkpoint import checkpoint_state
 
@@ -23,6 +27,9 @@ class FaultTolerance(Callback):
     :param every_n_train_steps: Save at the end of the training batch whose optimizer step is a multiple.
     :param keep: How many complete checkpoints to keep.
     :param storage_options: fsspec options for a URL ``dirpath``.
+    :param preemption_signals: Signals that announce a preemption (``SIGTERM`` by default; ``()`` for none).
+        Whichever rank receives one, at the end of the next training batch every rank saves that step and
+        ``fit`` raises :class:`~core.fault_tolerance.Preempted` (exit status 75); running it again resumes.
 
     With this callback, ``fit()`` without ``ckpt_path`` starts from the newest complete checkpoint in
     ``dirpath`` when there is one (the whole run state: weights, optimizers, schedulers, precision, loop
@@ -35,6 +42,7 @@ class FaultTolerance(Callback):
         every_n_train_steps: int = 100,
         keep: int = 2,
         storage_options: dict[str, Any] | None = None,
+        preemption_signals: Sequence[int] = (signal.SIGTERM,),
     ) -> None:
         if isinstance(every_n_train_steps, bool) or not isinstance(every_n_train_steps, int) or every_n_train_steps < 1:
             raise ConfigurationError(
@@ -46,6 +54,18 @@ class FaultTolerance(Callback):
         self.storage_options = storage_options
         self._resumer: Resumer | None = None
         self._last_saved_step = -1
+        self.preemption_signals = tuple(preemption_signals)
+        self._watch: PreemptionWatch | None = None
+
+    def on_fit_start(self, trainer: Trainer, module: Module) -> None:
+        if self.preemption_signals and self._watch is None:
+            self._watch = PreemptionWatch(self.preemption_signals)
+            self._watch.install()
+
+    def teardown(self, trainer: Trainer, module: Module, stage: str) -> None:
+        if self._watch is not None:
+            self._watch.uninstall()
+            self._watch = None
 
     def _attach(self, trainer: Trainer) -> Resumer:
         if self._resumer is None or self._resumer.active is not trainer.lite.active:
@@ -74,11 +94,26 @@ class FaultTolerance(Callback):
     def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         resumer = self._attach(trainer)
         step = trainer.global_step
+        if not trainer.sanity_checking:
+            stop = on_preemption(self._watch, trainer.lite, step, lambda: self._save_before_stop(trainer, step))
+            if stop is not None:
+                resumer.commit(wait=True)
+                trainer.lite.barrier("fault tolerance: preempted")
+                if trainer.is_global_zero:
+                    print(stop.message, file=sys.stderr, flush=True)
+                raise stop
         if step == 0 or step % self.every_n_train_steps or step == self._last_saved_step or trainer.sanity_checking:
             resumer.commit(wait=False)
             return
         resumer.save(step, checkpoint_state(trainer))
         self._last_saved_step = step
+
+    def _save_before_stop(self, trainer: Trainer, step: int) -> str:
+        resumer = self._attach(trainer)
+        if step != self._last_saved_step:
+            resumer.save(step, checkpoint_state(trainer))
+            self._last_saved_step = step
+        return resumer.directory.checkpoint_path(step)
 
     def on_fit_end(self, trainer: Trainer, module: Module) -> None:
         if self._resumer is not None:

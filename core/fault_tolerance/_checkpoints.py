@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+import signal
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import torch
 
 from core._errors import CheckpointError, ConfigurationError
+from core.fault_tolerance._preemption import Preempted, PreemptionWatch, on_preemption
 from core.fault_tolerance._resumer import FORMAT, CheckpointDirectory, Resumer
 from core.trainer._checkpoint import capture_rng, gather_rng, restore_rng, rng_of_rank
 
@@ -52,6 +55,10 @@ class ResumableCheckpoints:
     :param every_n_steps: :meth:`maybe_save` saves when the step is a multiple of this.
     :param keep: How many complete checkpoints to keep; older ones are removed once a newer one is complete.
     :param storage_options: fsspec options for a URL ``directory``.
+    :param preemption_signals: Signals that announce a preemption (``SIGTERM`` by default; ``()`` for none).
+        Whichever rank receives one, at the next :meth:`maybe_save` every rank agrees on that step, saves
+        one checkpoint and raises :class:`Preempted` (exit status 75); run the same command to resume. With
+        several processes, the agreement is one small ``all_gather`` per :meth:`maybe_save`.
 
     A checkpoint holds your ``state`` (modules, optimizers, schedulers: anything with ``state_dict``; plain
     values too), the precision's state (a gradient scaler), every rank's random generators, and the loop's
@@ -65,6 +72,7 @@ class ResumableCheckpoints:
         every_n_steps: int,
         keep: int = 2,
         storage_options: dict[str, Any] | None = None,
+        preemption_signals: Sequence[int] = (signal.SIGTERM,),
     ) -> None:
         self.lite = lite
         self.every_n_steps = _positive_steps(every_n_steps)
@@ -83,6 +91,9 @@ class ResumableCheckpoints:
         self._epoch_start_rng: dict[str, torch.Tensor] | None = None
         # Set by restore(), used once by batches() of that epoch: (batches done, rng at save, rng at epoch start)
         self._resume: tuple[int, dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None] | None = None
+        self._watch = PreemptionWatch(preemption_signals) if preemption_signals else None
+        if self._watch is not None:
+            self._watch.install()
 
     # -- resuming ----------------------------------------------------------------------------------
 
@@ -153,8 +164,12 @@ class ResumableCheckpoints:
         """Save when ``step`` is a multiple of ``every_n_steps``; return whether it saved.
 
         Call it on every rank after each optimizer step. It also writes the marker of a checkpoint whose
-        background write (``async``) has finished since.
+        background write (``async``) has finished since. After a preemption notice on any rank, every rank
+        saves this step and raises :class:`Preempted`.
         """
+        stop = on_preemption(self._watch, self.lite, step, lambda: self._save_before_stop(state, step))
+        if stop is not None:
+            self._stop(stop)
         if step % self.every_n_steps != 0 or step == self.step:
             self._resumer.commit(wait=False)
             return False
@@ -182,4 +197,17 @@ class ResumableCheckpoints:
         """Write the marker of the last checkpoint if its background write was still going (call at the end)."""
         self._resumer.commit(wait=True)
         self.lite.barrier("resumable checkpoints: finished")
+        if self._watch is not None:
+            self._watch.uninstall()
+
+    def _save_before_stop(self, state: dict[str, Any], step: int) -> str:
+        if step != self.step:
+            self.save(state, step)
+        return self.directory.checkpoint_path(step)
+
+    def _stop(self, stop: Preempted) -> NoReturn:
+        self.finish()  # the marker written, every rank past it
+        if self.lite.is_global_zero:
+            print(stop.message, file=sys.stderr, flush=True)
+        raise stop
 

@@ -13,7 +13,8 @@ Names that need torch are imported on first use, so ``import core.toolkit`` stay
 the launcher; :func:`abort` stops a job after a failure; :func:`supervised` says whether this process was
 started by a supervisor; :func:`watch_parent` and :func:`set_parent_death_signal` make a rank exit when its
 launcher dies; :data:`ERROR_FILE_VARIABLE` and :data:`PARENT_PID_VARIABLE` name the variables that carry
-this to a rank.
+this to a rank; a rank exiting with :data:`PREEMPTED_EXIT_CODE` stopped on a preemption notice after saving,
+which a launcher reports as a stop, not a failure.
 
 **Environments and rendezvous**: :class:`ExportedVariables` sets ``MASTER_ADDR``-style variables for a run
 and restores them at teardown; :func:`bind_listener` binds a listening socket before any rank starts (port 0:
@@ -49,6 +50,7 @@ _LAZY: Final[dict[str, tuple[str, str]]] = {
     # process supervision
     "ERROR_FILE_VARIABLE": ("core.toolkit._supervisor", "ERROR_FILE_VARIABLE"),
     "PARENT_PID_VARIABLE": ("core.toolkit._supervisor", "PARENT_PID_VARIABLE"),
+    "PREEMPTED_EXIT_CODE": ("core.toolkit._supervisor", "PREEMPTED_EXIT_CODE"),
     "Failure": ("core.toolkit._supervisor", "Failure"),
     "Supervisor": ("core.toolkit._supervisor", "Supervisor"),
     "Worker": ("core.toolkit._supervisor", "Worker"),
@@ -117,6 +119,7 @@ if TYPE_CHECKING:
     from core.toolkit._supervisor import (
         ERROR_FILE_VARIABLE,
         PARENT_PID_VARIABLE,
+        PREEMPTED_EXIT_CODE,
         Failure,
         Supervisor,
         Worker,
@@ -147,6 +150,7 @@ __all__ = [
     "LISTEN_FD_VARIABLE",
     "PARENT_PID_VARIABLE",
     "PRECISION_KEY",
+    "PREEMPTED_EXIT_CODE",
     "REDUCE_OPS",
     "ExportedVariables",
     "Failure",

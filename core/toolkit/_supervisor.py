@@ -36,6 +36,9 @@ ERROR_FILE_VARIABLE: Final = "CORE_RUN_ERROR_FILE"
 PARENT_PID_VARIABLE: Final = "CORE_RUN_PARENT_PID"
 """The pid of the launcher; a supervised rank stops when its parent is no longer this process."""
 
+PREEMPTED_EXIT_CODE: Final = 75
+"""A worker that exits with this stopped on a preemption notice after saving (EX_TEMPFAIL): not a failure."""
+
 POLL_INTERVAL: Final = 0.05
 HAS_PARENT_DEATH_SIGNAL: Final = sys.platform.startswith("linux")
 _PR_SET_PDEATHSIG: Final = 1
@@ -156,7 +159,7 @@ class Supervisor:
         for _ in range(2):
             found = [
                 read_failure(worker, code) for worker in self.workers
-                if (code := worker.exit_code()) is not None and code != 0
+                if (code := worker.exit_code()) is not None and code not in (0, PREEMPTED_EXIT_CODE)
             ]
         return sorted(found, key=lambda failure: failure.secondary)
 

@@ -6,7 +6,8 @@
 The model has dropout and the data is shuffled and augmented with noise, so that the random generators
 matter. ``--kill-at`` SIGKILLs rank ``--kill-rank`` right after that step in the first attempt only (torchrun
 counts attempts in TORCHELASTIC_RESTART_COUNT); ``--stop-at`` ends the run there without finishing, as a crash
-would. Rank 0 writes OUT/final.pt (the trained weights) and OUT/progress-<attempt>.txt.
+would; ``--preempt-at`` sends SIGTERM to rank ``--preempt-rank`` only, after that step. Rank 0 writes
+OUT/final.pt (the trained weights) and OUT/progress-<attempt>.txt.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def train(lite: core.Lite, arguments: argparse.Namespace) -> None:
             checkpoints.maybe_save(state, step)
             if step == arguments.kill_at and lite.global_rank == arguments.kill_rank and attempt == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if step == getattr(arguments, "preempt_at", -1) and lite.global_rank == arguments.preempt_rank:
+                os.kill(os.getpid(), signal.SIGTERM)  # a preemption notice to this rank only
             if step == arguments.stop_at:
                 return  # as if the process died here: no finish(), no final weights
     checkpoints.finish()
@@ -77,6 +80,8 @@ def main() -> None:
     parser.add_argument("--kill-at", type=int, default=-1)
     parser.add_argument("--kill-rank", type=int, default=0)
     parser.add_argument("--stop-at", type=int, default=-1)
+    parser.add_argument("--preempt-at", type=int, default=-1)
+    parser.add_argument("--preempt-rank", type=int, default=0)
     arguments = parser.parse_args()
     devices = 1 if arguments.strategy == "single_device" else int(os.environ.get("LOCAL_WORLD_SIZE", "2"))
     plugins: list[object] | None = None

@@ -28,6 +28,7 @@ import torch.multiprocessing
 from core.toolkit import (
     ERROR_FILE_VARIABLE,
     PARENT_PID_VARIABLE,
+    PREEMPTED_EXIT_CODE,
     Failure,
     Supervisor,
     Worker,
@@ -104,6 +105,8 @@ class Layout:
 def failing() -> bool:
     """Whether a rank function runs under :func:`run_rank` here and an exception is escaping it."""
     current = sys.exc_info()[1]
+    if isinstance(current, SystemExit) and current.code == PREEMPTED_EXIT_CODE:
+        return False  # every rank stops together after a preemption notice: tear down as after a normal end
     return bool(_outer_exceptions) and current is not None and current is not _outer_exceptions[-1]
 
 
@@ -208,6 +211,10 @@ def run_rank(
     _outer_exceptions.append(sys.exc_info()[1])
     try:
         return function(*args, **kwargs)
+    except SystemExit as stop:
+        if stop.code != PREEMPTED_EXIT_CODE:  # every rank stops together after a preemption: not a failure
+            _fail_rank(stop, global_rank, world_size, _children)
+        raise
     except BaseException as error:
         _fail_rank(error, global_rank, world_size, _children)
         raise
