@@ -46,7 +46,9 @@ def test_from_imports_of_submodules_work_as_with_lightning() -> None:
     assert DDPStrategy is core_ddp.DDPStrategy and FSDPStrategy is core_fsdp.FSDPStrategy
     assert SLURMEnvironment is core_slurm.SLURMEnvironment
     assert ModelCheckpoint is core.callbacks.ModelCheckpoint and EarlyStopping is core.callbacks.EarlyStopping
-    assert CSVLogger is core.loggers.CSVLogger and TensorBoardLogger is core.loggers.TensorBoardLogger
+    assert issubclass(CSVLogger, core.loggers.CSVLogger)
+    assert issubclass(TensorBoardLogger, core.loggers.TensorBoardLogger)
+    assert CSVLogger(save_dir=".").name == "lightning_logs"  # Lightning's default, where core's is "logs"
 
 
 def test_a_lightning_strategy_object_is_accepted_by_lite_as_in_fabric() -> None:

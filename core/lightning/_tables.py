@@ -105,8 +105,8 @@ CALLBACKS: Final[dict[str, Entry]] = {
 
 LOGGERS: Final[dict[str, Entry]] = {
     "Logger": Target("core.loggers", "Logger"),
-    "CSVLogger": Target("core.loggers", "CSVLogger"),
-    "TensorBoardLogger": Target("core.loggers", "TensorBoardLogger"),
+    "CSVLogger": Target("core.lightning._loggers", "CSVLogger"),
+    "TensorBoardLogger": Target("core.lightning._loggers", "TensorBoardLogger"),
     "MLFlowLogger": Target("core.loggers", "MLFlowLogger"),
     "WandbLogger": Target("core.loggers", "WandbLogger"),
     "CometLogger": Unsupported("not implemented.", "MLFlowLogger, WandbLogger, or a core.loggers.Logger subclass."),
@@ -114,7 +114,11 @@ LOGGERS: Final[dict[str, Entry]] = {
 }
 """``lightning.pytorch.loggers`` (``lightning.fabric.loggers`` holds the CSV and TensorBoard ones)."""
 
-FABRIC_LOGGERS: Final[dict[str, Entry]] = {name: LOGGERS[name] for name in ("Logger", "CSVLogger", "TensorBoardLogger")}
+FABRIC_LOGGERS: Final[dict[str, Entry]] = {
+    "Logger": Target("core.loggers", "Logger"),
+    "CSVLogger": Target("core.lightning._loggers", "FabricCSVLogger"),
+    "TensorBoardLogger": Target("core.lightning._loggers", "FabricTensorBoardLogger"),
+}
 """``lightning.fabric.loggers``."""
 
 UTILITIES: Final[dict[str, Entry]] = {

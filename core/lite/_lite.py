@@ -105,6 +105,12 @@ def _apply_launcher_defaults(settings: dict[str, Any]) -> None:
             settings[name] = value
 
 
+def _as_list(value: object) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def _as_plugin_list(plugins: object) -> list[object] | None:
     if plugins is None:
         return None
@@ -194,6 +200,8 @@ class Lite:
     :param num_nodes: How many nodes the run spans.
     :param precision: A precision alias (``"32-true"``, ``"bf16-true"``, ...); ``None`` for ``32-true``.
     :param plugins: Aliases or plugin objects of any kind (an environment, a checkpoint_io, extensions).
+    :param callbacks: Objects whose methods :meth:`call` invokes by name (Fabric's ``callbacks=``).
+    :param loggers: A :class:`core.loggers.Logger` or a list of them, for :meth:`log` / :meth:`log_dict`.
     :param gpus: Deprecated: ``accelerator="cuda", devices=gpus``.
     :param tpu_cores: Deprecated: ``accelerator="tpu", devices=tpu_cores``.
 
@@ -210,10 +218,15 @@ class Lite:
         num_nodes: int = 1,
         precision: object = None,
         plugins: object = None,
+        callbacks: object = None,
+        loggers: object = None,
         *,
         gpus: object = None,
         tpu_cores: object = None,
     ) -> None:
+        self._callbacks: list[Any] = _as_list(callbacks)
+        self._loggers: list[Any] = _as_list(loggers)
+        self._log_step = 0
         settings: dict[str, Any] = {
             "accelerator": accelerator,
             "strategy": strategy,
@@ -246,10 +259,13 @@ class Lite:
 
     def __getstate__(self) -> dict[str, Any]:
         # The active set (a PluginManager, live plugin objects) stays behind; the settings travel.
-        return {"_settings": self._settings}
+        return {"_settings": self._settings, "_callbacks": self._callbacks, "_loggers": self._loggers}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._settings = state["_settings"]
+        self._callbacks = state.get("_callbacks", [])
+        self._loggers = state.get("_loggers", [])
+        self._log_step = 0
         self._phase = _NEW
         self._active = None  # type: ignore[assignment]
 
@@ -745,4 +761,79 @@ class Lite:
 
     def __repr__(self) -> str:
         return f"<Lite {self._phase}\n{self.active.config.summary()}>"
+
+    # ---------------------------------------------------------------------------------------------
+    # Callbacks and loggers (Fabric's names)
+    # ---------------------------------------------------------------------------------------------
+
+    @property
+    def accelerator(self) -> object:
+        """The accelerator plugin object of this run."""
+        return self.active.accelerator
+
+    @property
+    def strategy(self) -> object:
+        """The strategy plugin object of this run."""
+        return self.active.strategy
+
+    @property
+    def callbacks(self) -> list[Any]:
+        return list(self._callbacks)
+
+    @property
+    def loggers(self) -> list[Any]:
+        return list(self._loggers)
+
+    @property
+    def logger(self) -> Any:
+        """The first logger, or ``None``."""
+        return self._loggers[0] if self._loggers else None
+
+    def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
+        """Call ``hook_name(*args, **kwargs)`` on every callback that has such a method, in order (Fabric's ``call``).
+
+        Callbacks without the method are skipped; an attribute of that name that is not callable is an error.
+        """
+        for callback in self._callbacks:
+            method = getattr(callback, hook_name, None)
+            if method is None:
+                continue
+            if not callable(method):
+                raise ConfigurationError(
+                    f"Lite.call({hook_name!r}): {type(callback).__qualname__}.{hook_name} is not a method."
+                )
+            method(*args, **kwargs)
+
+    def log(self, name: str, value: Any, step: int | None = None) -> None:
+        """Send one metric to every logger, from global rank 0 (tensors become Python numbers)."""
+        self.log_dict({name: value}, step=step)
+
+    def log_dict(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Send metrics to every logger, from global rank 0; ``step`` defaults to a count of the calls."""
+        if step is None:
+            step = self._log_step
+        self._log_step = step + 1
+        if not self._loggers or not self.is_global_zero:
+            return
+        values = {name: value.item() if isinstance(value, torch.Tensor) else value for name, value in metrics.items()}
+        for logger in self._loggers:
+            logger.log_metrics(values, step)
+
+    def load_raw(self, path: str | os.PathLike[str], obj: torch.nn.Module | torch.optim.Optimizer,
+                 strict: bool = True) -> None:
+        """Load a plain ``state_dict`` file (``torch.save(model.state_dict(), path)``) into ``obj``."""
+        self._require_running("load_raw")
+        where = os.fspath(path)
+        target = obj.__dict__.get("_original_module", obj) if isinstance(obj, LiteModule) else obj
+        if isinstance(target, LiteOptimizer):
+            target = target.optimizer
+        loaded = self._hooks.strategy_load_checkpoint(path=where, weights_only=True)
+        restore({"state": target}, {"state": loaded}, strict, where)
+
+    @contextmanager
+    def init_tensor(self) -> Generator[None, None, None]:
+        """A context in which new tensors are created on the device, in the precision's dtype."""
+        self._require_running("init_tensor")
+        with self.active.device or torch.device("cpu"), self._hooks.precision_tensor_init_context():
+            yield
 
