@@ -105,6 +105,14 @@ def _apply_launcher_defaults(settings: dict[str, Any]) -> None:
             settings[name] = value
 
 
+def _compiled(module: object) -> torch.nn.Module | None:
+    """The plain module under a ``torch.compile`` wrapper, or None when ``module`` is not compiled."""
+    original = getattr(module, "_orig_mod", None)
+    if isinstance(module, torch.nn.Module) and isinstance(original, torch.nn.Module):
+        return original
+    return None
+
+
 def _as_list(value: object) -> list[Any]:
     if value is None:
         return []
@@ -413,13 +421,15 @@ class Lite:
         """
         if not optimizers:
             return self.setup_module(module, move_to_device=move_to_device)
-        converted = self._convert_module(module, move_to_device)
+        compiled = _compiled(module)
+        converted = self._convert_module(module if compiled is None else compiled, move_to_device)
         for optimizer in optimizers:
             self._check_optimizer(optimizer)
         hooks = self._hooks
         together = hooks.strategy_setup_module_and_optimizers(module=converted, optimizers=list(optimizers))
         if together is None:
-            lite_module = self._wrap_module(hooks.strategy_setup_module(module=converted), converted)
+            forward_module = hooks.strategy_setup_module(module=converted)
+            lite_module = self._wrap_module(forward_module, converted, compiled is not None)
             return (lite_module, *(self._setup_optimizer(optimizer) for optimizer in optimizers))
         forward_module, prepared = together
         if len(prepared) != len(optimizers):
@@ -427,13 +437,14 @@ class Lite:
                 f"The strategy {self._active.config.strategy!r} returned {len(prepared)} optimizer(s) from "
                 f"strategy_setup_module_and_optimizers for the {len(optimizers)} given; expected one per optimizer."
             )
-        lite_module = self._wrap_module(forward_module, converted)
+        lite_module = self._wrap_module(forward_module, converted, compiled is not None)
         return (lite_module, *(wrap_optimizer(optimizer, hooks.strategy_optimizer_step) for optimizer in prepared))
 
     def setup_module(self, module: torch.nn.Module, move_to_device: bool = True) -> LiteModule:
         """Convert a module to the precision, move it to the device and let the strategy wrap it."""
-        converted = self._convert_module(module, move_to_device)
-        return self._wrap_module(self._hooks.strategy_setup_module(module=converted), converted)
+        compiled = _compiled(module)
+        converted = self._convert_module(module if compiled is None else compiled, move_to_device)
+        return self._wrap_module(self._hooks.strategy_setup_module(module=converted), converted, compiled is not None)
 
     def _convert_module(self, module: torch.nn.Module, move_to_device: bool) -> torch.nn.Module:
         self._require_running("setup_module")
@@ -446,7 +457,13 @@ class Lite:
             converted = converted.to(self.device)
         return converted
 
-    def _wrap_module(self, forward_module: torch.nn.Module, converted: torch.nn.Module) -> LiteModule:
+    def _wrap_module(
+        self, forward_module: torch.nn.Module, converted: torch.nn.Module, compile: bool = False
+    ) -> LiteModule:
+        if compile:
+            # torch.compile'd by the user: the strategy wrapped the plain module, and the wrapped one is compiled
+            # now (after DDP wrapping / FSDP sharding, as torch recommends). State dicts stay the plain module's.
+            forward_module = cast(torch.nn.Module, torch.compile(forward_module))
         self._module_count += 1
         # backward() without model= refers to the one module, as long as there is only one.
         self._single_module = forward_module if self._module_count == 1 else None

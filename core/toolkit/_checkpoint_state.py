@@ -71,6 +71,9 @@ def restore(state: dict[str, Any], checkpoint: dict[str, Any], strict: bool, pat
             f"The checkpoint {path!r} has no entry for {missing}; it holds {sorted(checkpoint)}. "
             f"Pass strict=False to load what is there."
         )
+    for key, target in state.items():
+        if key in checkpoint:
+            checkpoint[key] = _without_compile_prefix(target, checkpoint[key])
     for key, target in state.items():  # check everything first: a failure leaves every object untouched
         if key in checkpoint and is_stateful(target):
             _check_fits(target, checkpoint[key], strict, f"{path!r}, entry {key!r}")
@@ -108,6 +111,21 @@ def _load_all(state: dict[str, Any], checkpoint: dict[str, Any], strict: bool, p
 
 
 _SHOWN: Final = 5  # mismatching keys named in a message
+_COMPILE_PREFIX: Final = "_orig_mod."
+
+
+def _without_compile_prefix(target: Any, saved: Any) -> Any:
+    """A module state saved from a ``torch.compile`` wrapper (keys ``_orig_mod.*``), as the plain module's."""
+    import torch
+
+    if not (isinstance(target, torch.nn.Module) and isinstance(saved, Mapping) and saved):
+        return saved
+    expected = target.state_dict()
+    if all(isinstance(name, str) and name.startswith(_COMPILE_PREFIX) for name in saved) and not any(
+        name.startswith(_COMPILE_PREFIX) for name in expected
+    ):
+        return {name[len(_COMPILE_PREFIX):]: value for name, value in saved.items()}
+    return saved
 
 
 def _name(target: Any) -> str:

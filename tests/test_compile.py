@@ -1,0 +1,55 @@
+"""A ``torch.compile``'d model under ``single_device``, ``ddp`` and ``fsdp``: it trains like the eager one,
+and its checkpoints hold the plain module's keys (no ``_orig_mod.``) and load into an uncompiled model.
+
+Lite sets up the module under the compile wrapper, lets the strategy wrap or shard it, and compiles the result
+(after DDP wrapping and FSDP sharding, as torch recommends). Inductor fuses operations differently from eager
+mode, so weights agree to float32 rounding (``atol=1e-5`` after 6 SGD steps), not bitwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.tensor  # the fsdp runs' results hold plain tensors, but import it for their pickles
+
+SCRIPT = Path(__file__).parent / "compile_jobs" / "compiled_train.py"
+_LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+                     "LOCAL_WORLD_SIZE", "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "CORE_DDP_JOB"}
+ATOL = 1e-5
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def run(out: Path, strategy: str, mode: str) -> dict[str, object]:
+    out.mkdir(parents=True)
+    environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
+    environment["OMP_NUM_THREADS"] = "1"
+    finished = subprocess.run([sys.executable, str(SCRIPT), str(out), strategy, mode], capture_output=True,
+                              text=True, timeout=600, env=environment)
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    return torch.load(out / "result.pt", weights_only=True)
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        "single_device",
+        pytest.param("ddp", marks=[pytest.mark.distributed, pytest.mark.skipif(
+            importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed")]),
+        pytest.param("fsdp", marks=[pytest.mark.distributed, pytest.mark.skipif(
+            importlib.util.find_spec("core_fsdp") is None, reason="core-fsdp is not installed")]),
+    ],
+)
+def test_a_compiled_model_trains_like_the_eager_one_and_checkpoints_plain_keys(tmp_path: Path, strategy: str) -> None:
+    eager = run(tmp_path / "eager", strategy, "eager")
+    compiled = run(tmp_path / "compiled", strategy, "compiled")
+    assert compiled["keys"] == eager["keys"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    for name, value in eager["weights"].items():  # type: ignore[attr-defined]
+        torch.testing.assert_close(compiled["weights"][name], value, atol=ATOL, rtol=0)  # type: ignore[index]
+        torch.testing.assert_close(compiled["reloaded"][name], compiled["weights"][name], atol=0, rtol=0)  # type: ignore[index]
