@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import contextlib
 import inspect
+import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from core._errors import ConfigurationError, CoreError, CoreWarning
+from core._errors import CheckpointError, ConfigurationError, CoreError, CoreWarning
 
 if TYPE_CHECKING:
     from core.trainer import Trainer
@@ -379,9 +381,92 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         """Clip this module's gradients by norm or by value (for manual optimization)."""
         self.trainer.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
+    def configure_model(self) -> None:
+        """Create the layers here instead of in ``__init__`` to have them created for the strategy.
+
+        The Trainer calls it in every process before ``configure_optimizers`` of each fit, validate, test and
+        predict: make it idempotent (return early when the layers exist), as in Lightning.
+        """
+
+    # -- freezing and optimizer toggling (Lightning's names) ------------------------------------------
+
+    def freeze(self) -> None:
+        """No gradients for any parameter, and evaluation mode."""
+        for parameter in self.parameters():
+            parameter.requires_grad = False
+        self.eval()
+
+    def unfreeze(self) -> None:
+        """Gradients for every parameter again, and training mode."""
+        for parameter in self.parameters():
+            parameter.requires_grad = True
+        self.train()
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Only ``optimizer``'s parameters require gradients until :meth:`untoggle_optimizer` (GAN-style loops).
+
+        The other parameters' ``requires_grad`` is remembered and restored by :meth:`untoggle_optimizer`.
+        """
+        mine = {id(parameter) for group in optimizer.param_groups for parameter in group["params"]}
+        remembered: dict[int, tuple[torch.nn.Parameter, bool]] = {}
+        for parameter in self.parameters():
+            if id(parameter) not in mine:
+                remembered[id(parameter)] = (parameter, parameter.requires_grad)
+                parameter.requires_grad = False
+        self.__dict__["_toggled"] = remembered
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Restore the ``requires_grad`` that :meth:`toggle_optimizer` changed."""
+        for parameter, requires_grad in self.__dict__.pop("_toggled", {}).values():
+            parameter.requires_grad = requires_grad
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """:meth:`toggle_optimizer` for the duration of a ``with`` block."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
+    # -- loading ------------------------------------------------------------------------------------
+
+    @classmethod
+    def load_from_checkpoint(
+        cls, checkpoint_path: str | os.PathLike[str], map_location: Any = None, strict: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """A new module of this class built from a Trainer checkpoint: its saved hyperparameters (overridden by
+        ``kwargs``) go to ``__init__``, then the weights are loaded (Lightning's ``load_from_checkpoint``).
+
+        The checkpoint is read with ``weights_only=True``: nothing in it can run code.
+        """
+        from core.toolkit import restore_state, safe_torch_load
+
+        where = os.fspath(checkpoint_path)
+        checkpoint = safe_torch_load(where, map_location if map_location is not None else "cpu", True)
+        if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+            raise CheckpointError(
+                f"{where!r} is not a Trainer checkpoint (it has no 'state_dict'); load a Lite checkpoint with "
+                f"Lite.load into a module you build yourself."
+            )
+        hyperparameters = {**dict(checkpoint.get("hyper_parameters") or {}), **kwargs}
+        try:
+            module = cls(**hyperparameters)
+        except TypeError as error:
+            raise CheckpointError(
+                f"{cls.__qualname__}(**hyperparameters) failed with the hyperparameters saved in {where!r} "
+                f"({sorted(hyperparameters)}): {error}. Pass the missing arguments as keyword arguments."
+            ) from error
+        module.on_load_checkpoint(checkpoint)
+        module.configure_model()
+        restore_state({"state_dict": module}, {"state_dict": checkpoint["state_dict"]}, strict, where)
+        return module
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_trainer"] = None  # a live trainer (its processes, files) does not travel with the module
+        state.pop("_toggled", None)
         return state
 
 

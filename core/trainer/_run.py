@@ -270,6 +270,8 @@ def run_stage(
             datamodule.setup(stage)
         trainer.run_state.hooks.call("setup", trainer, module, stage)
         module.setup(stage)
+        with lite.init_module(empty_init=False):
+            module.configure_model()  # layers created here are created for the strategy (Lightning's hook)
         data = _set_up_data(trainer, lite, stage, loaders)  # first: configure_optimizers may read its length
         if stage == "fit":
             _check_optimization_flags(trainer, module)

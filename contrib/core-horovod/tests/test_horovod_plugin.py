@@ -41,6 +41,8 @@ def test_the_environment_claims_horovodrun_ranks_and_gives_the_launchers_process
 ) -> None:
     for name, value in HOROVODRUN_VARIABLES.items():
         monkeypatch.setenv(name, value)
+    for name in ("MASTER_ADDR", "MASTER_PORT"):  # explicit ones would win over the derived port
+        monkeypatch.delenv(name, raising=False)
     ranks = read_ranks()
     assert (ranks.global_rank, ranks.world_size, ranks.local_rank, ranks.local_size, ranks.num_nodes) == (1, 4, 1, 2, 2)
     environment = HorovodEnvironment()
