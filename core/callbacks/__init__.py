@@ -2,15 +2,21 @@
 
 from core.callbacks._callback import Callback
 from core.callbacks.early_stopping import EarlyStopping
+from core.callbacks.lambda_function import LambdaCallback
 from core.callbacks.lr_monitor import LearningRateMonitor
 from core.callbacks.model_checkpoint import ModelCheckpoint
+from core.callbacks.model_summary import ModelSummary
 from core.callbacks.progress import ProgressBar, TQDMProgressBar
+from core.callbacks.timer import Timer
 
 __all__ = [
     "Callback",
     "EarlyStopping",
+    "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",
+    "ModelSummary",
     "ProgressBar",
     "TQDMProgressBar",
+    "Timer",
 ]

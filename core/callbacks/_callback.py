@@ -146,6 +146,11 @@ HOOK_NAMES = tuple(
 )
 
 
+def _overrides(callback: Callback, name: str, base: object) -> bool:
+    """Whether ``callback`` implements hook ``name``: in its class, or as its own attribute (LambdaCallback)."""
+    return name in vars(callback) or getattr(type(callback), name, base) is not base
+
+
 class CallbackHooks:
     """For each hook, the bound methods of the callbacks that override it, in callback order.
 
@@ -158,9 +163,7 @@ class CallbackHooks:
         self._hooks: dict[str, list[Callable[..., Any]]] = {}
         for name in HOOK_NAMES:
             base = getattr(Callback, name)
-            self._hooks[name] = [
-                getattr(callback, name) for callback in callbacks if getattr(type(callback), name, base) is not base
-            ]
+            self._hooks[name] = [getattr(callback, name) for callback in callbacks if _overrides(callback, name, base)]
 
     def __getitem__(self, name: str) -> list[Callable[..., Any]]:
         return self._hooks[name]
@@ -178,5 +181,5 @@ class CallbackHooks:
     def _owners(self, name: str) -> Iterable[tuple[Callback, Callable[..., Any]]]:
         base = getattr(Callback, name)
         for callback in self.callbacks:
-            if getattr(type(callback), name, base) is not base:
+            if _overrides(callback, name, base):
                 yield callback, getattr(callback, name)

@@ -24,6 +24,7 @@ from core._errors import ConfigurationError, CoreError
 from core.callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
 from core.callbacks._callback import CallbackHooks
 from core.callbacks.progress import default_progress_bar
+from core.callbacks.timer import Timer
 from core.lite import Lite
 from core.loggers import CSVLogger, Logger
 from core.module import DataModule, Module
@@ -35,6 +36,18 @@ from core.trainer._state import RunState
 
 __all__ = ["Trainer"]
 
+
+
+def _fast_dev_run(value: object) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"fast_dev_run={value!r}: expected True/False or a number of batches >= 0.")
+    return value
+
+
+def _callback_list(callbacks: object) -> list[Any]:
+    return [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])  # type: ignore[call-overload]
 
 
 def _as_loggers(logger: object, root: str) -> list[Logger]:
@@ -87,6 +100,10 @@ class Trainer:
     :param log_every_n_steps: Send step metrics to the loggers every N optimizer steps.
     :param deterministic: Make torch use deterministic algorithms.
     :param inference_mode: Evaluate under ``torch.inference_mode`` (``False``: ``torch.no_grad``).
+    :param fast_dev_run: ``True`` (1) or ``n``: run ``n`` batches of training, validation and testing to catch
+        bugs, once: ``max_steps=n``, one epoch, no sanity check, no loggers, no checkpoints, nothing written.
+    :param max_time: Stop training once this much time is used (``"DD:HH:MM:SS"``, a ``timedelta`` or a dict
+        like ``{"hours": 12}``), at a step boundary; a :class:`~core.callbacks.Timer` does it.
     """
 
     def __init__(
@@ -119,6 +136,8 @@ class Trainer:
         log_every_n_steps: int = 50,
         deterministic: bool = False,
         inference_mode: bool = True,
+        fast_dev_run: int | bool = False,
+        max_time: object = None,
     ) -> None:
         self._lite_settings: dict[str, Any] = {
             "accelerator": accelerator,
@@ -131,6 +150,17 @@ class Trainer:
         # Resolve now, so that a bad flag fails here and not at fit(); each run launches a fresh Lite.
         lite = Lite(**self._lite_settings)
         self._lite_used = False
+        fast = _fast_dev_run(fast_dev_run)
+        if fast:  # Lightning's semantics: n batches of each stage, once, and nothing written
+            limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = fast
+            max_steps, max_epochs, num_sanity_val_steps = fast, 1, 0
+            val_check_interval, check_val_every_n_epoch = 1.0, 1
+            logger, enable_checkpointing = False, False
+            callbacks = [c for c in ([callbacks] if isinstance(callbacks, Callback) else list(callbacks or []))
+                         if not isinstance(c, ModelCheckpoint)]
+        self.fast_dev_run = fast
+        if max_time is not None and not any(isinstance(c, Timer) for c in _callback_list(callbacks)):
+            callbacks = [*_callback_list(callbacks), Timer(duration=max_time, interval="step", verbose=True)]
         self.config = TrainerConfig.from_flags(
             default_root_dir=default_root_dir, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
             min_steps=min_steps, val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
