@@ -106,3 +106,17 @@ def test_rank_zero_only_runs_on_rank_zero_only(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("RANK", "0")
     record("on rank 0")
     assert calls == ["on rank 0"]
+
+
+def test_every_target_in_the_tables_resolves_to_an_object() -> None:
+    tables = {name: value for name, value in vars(_tables).items() if name.isupper() and isinstance(value, dict)}
+    missing = []
+    for table_name, table in tables.items():
+        for name, entry in table.items():
+            if isinstance(entry, Target):
+                try:
+                    resolve_name(table_name, name, table)
+                except UnsupportedLightningName as error:
+                    if "not installed" not in str(error):  # an uninstalled plugin is the user's choice
+                        missing.append(f"{table_name}.{name}: {error}")
+    assert missing == []

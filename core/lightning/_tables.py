@@ -11,6 +11,8 @@ from typing import Final
 
 from core.lightning._names import Entry, Target, Unsupported
 
+_NOT_YET = "not implemented in this version of core yet (docs/migrating-from-lightning.md tracks it)."
+
 _PLUGIN_CLASS = (
     "core's strategies are plugins selected by alias; write a class with @core.hookimpl methods "
     "(python -m core.plugins new strategy mine), not a subclass of a Lightning base class."
@@ -21,7 +23,7 @@ STRATEGIES: Final[dict[str, Entry]] = {
     "DataParallelStrategy": Target("core_ddp", "DataParallelStrategy", "core-ddp"),
     "FSDPStrategy": Target("core_fsdp", "FSDPStrategy", "core-fsdp"),
     "DeepSpeedStrategy": Target("core_deepspeed", "DeepSpeedStrategy", "core-deepspeed"),
-    "ModelParallelStrategy": Target("core_model_parallel", "ModelParallelStrategy", "core-model-parallel"),
+    "ModelParallelStrategy": Unsupported(_NOT_YET, "strategy='fsdp' (pip install core-fsdp) for sharding."),
     "SingleDeviceStrategy": Target("core.builtin.strategies", "SingleDeviceStrategy"),
     "XLAStrategy": Target("core_tpu", "XLAStrategy", "core-tpu"),
     "SingleTPUStrategy": Target("core_tpu", "SingleXLAStrategy", "core-tpu"),
@@ -69,29 +71,34 @@ CALLBACKS: Final[dict[str, Entry]] = {
     **{
         name: Target("core.callbacks", name)
         for name in (
+            "Callback",
+            "EarlyStopping",
+            "LambdaCallback",
+            "LearningRateMonitor",
+            "ModelCheckpoint",
+            "ModelSummary",
+            "ProgressBar",
+            "TQDMProgressBar",
+            "Timer",
+        )
+    },
+    **{
+        name: Unsupported(_NOT_YET, _NEW_CALLBACK)
+        for name in (
             "BackboneFinetuning",
             "BaseFinetuning",
             "BasePredictionWriter",
             "BatchSizeFinder",
-            "Callback",
             "Checkpoint",
             "DeviceStatsMonitor",
-            "EarlyStopping",
             "EMAWeightAveraging",
             "GradientAccumulationScheduler",
-            "LambdaCallback",
             "LearningRateFinder",
-            "LearningRateMonitor",
-            "ModelCheckpoint",
-            "ModelSummary",
             "OnExceptionCheckpoint",
-            "ProgressBar",
             "RichModelSummary",
             "RichProgressBar",
             "StochasticWeightAveraging",
             "ThroughputMonitor",
-            "Timer",
-            "TQDMProgressBar",
             "WeightAveraging",
         )
     },
@@ -107,8 +114,8 @@ LOGGERS: Final[dict[str, Entry]] = {
     "Logger": Target("core.loggers", "Logger"),
     "CSVLogger": Target("core.lightning._loggers", "CSVLogger"),
     "TensorBoardLogger": Target("core.lightning._loggers", "TensorBoardLogger"),
-    "MLFlowLogger": Target("core.loggers", "MLFlowLogger"),
-    "WandbLogger": Target("core.loggers", "WandbLogger"),
+    "MLFlowLogger": Unsupported(_NOT_YET, "CSVLogger, TensorBoardLogger, or a core.loggers.Logger subclass."),
+    "WandbLogger": Unsupported(_NOT_YET, "CSVLogger, TensorBoardLogger, or a core.loggers.Logger subclass."),
     "CometLogger": Unsupported("not implemented.", "MLFlowLogger, WandbLogger, or a core.loggers.Logger subclass."),
     "NeptuneLogger": Unsupported("not implemented.", "MLFlowLogger, WandbLogger, or a core.loggers.Logger subclass."),
 }
