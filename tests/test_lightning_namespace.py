@@ -120,3 +120,15 @@ def test_every_target_in_the_tables_resolves_to_an_object() -> None:
                     if "not installed" not in str(error):  # an uninstalled plugin is the user's choice
                         missing.append(f"{table_name}.{name}: {error}")
     assert missing == []
+
+
+def test_the_migration_guide_lists_every_name_of_the_tables() -> None:
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "migrating-from-lightning.md").read_text()
+    tables = [value for name, value in vars(_tables).items() if name.isupper() and isinstance(value, dict)]
+    for table in tables:
+        for name, entry in table.items():
+            line = next((row for row in guide.splitlines() if row.startswith(f"| `{name}` |")), None)
+            assert line is not None, f"{name} is missing from docs/migrating-from-lightning.md"
+            assert ("supported" in line) if isinstance(entry, Target) else ("not supported" in line)
