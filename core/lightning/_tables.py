@@ -135,3 +135,18 @@ UTILITIES: Final[dict[str, Entry]] = {
     "seed_everything": Target("core.lite", "seed_everything"),
 }
 """The commonly imported part of ``lightning.pytorch.utilities`` and ``lightning.fabric.utilities``."""
+
+_ALIASES: Final = (
+    "precision, checkpoint_io and cluster environments are selected by alias (precision='bf16-mixed', "
+    "plugins=['slurm', 'async']); python -m core.plugins lists them."
+)
+
+PLUGINS: Final[dict[str, Entry]] = {
+    name: Unsupported("plugins are chosen by alias, not constructed.", _ALIASES)
+    for name in (
+        "Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision", "BitsandbytesPrecision",
+        "TransformerEnginePrecision", "CheckpointIO", "TorchCheckpointIO", "AsyncCheckpointIO",
+        "XLACheckpointIO", "ClusterEnvironment",
+    )
+}
+"""``lightning.fabric.plugins`` and ``lightning.pytorch.plugins`` (their ``environments`` submodule aside)."""

@@ -2,22 +2,7 @@
 
 from __future__ import annotations
 
-from core.lightning._names import Unsupported, namespace_getattr
+from core.lightning._names import namespace_getattr
+from core.lightning._tables import PLUGINS
 
-_ALIASES = (
-    "precision, checkpoint_io and cluster environments are selected by alias (precision='bf16-mixed', "
-    "plugins=['slurm', 'async']); python -m core.plugins lists them."
-)
-
-__getattr__ = namespace_getattr(
-    __name__,
-    {
-        name: Unsupported("plugins are chosen by alias, not constructed.", _ALIASES)
-        for name in (
-            "Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision", "BitsandbytesPrecision",
-            "TransformerEnginePrecision", "CheckpointIO", "TorchCheckpointIO", "AsyncCheckpointIO",
-            "XLACheckpointIO", "ClusterEnvironment",
-        )
-    },
-    submodules=("environments",),
-)
+__getattr__ = namespace_getattr(__name__, PLUGINS, submodules=("environments",))
