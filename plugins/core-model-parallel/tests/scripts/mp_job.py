@@ -3,7 +3,8 @@
     python mp_job.py MODE OUT [CHECKPOINT]
 
 MODE: ``ddp`` | ``1x2`` | ``2x1`` (data_parallel x tensor_parallel) | ``2x1-full`` (2x1, full checkpoints) |
-``resume-1x2`` / ``resume-2x1`` (load CHECKPOINT, written after HALF steps, and train the remaining steps).
+``resume-1x2`` / ``resume-2x1`` (load CHECKPOINT, written after HALF steps, and train the remaining steps) |
+``2x1-no-fully-shard`` (a parallelize function without fully_shard: set-up must fail).
 
 Every rank records OUT/<MODE>-report-<rank>.json: the global loss of each step (the mean over the data-parallel
 replicas), what the mesh and the sampler looked like, and after ``launch`` returned, whether its module is plain
@@ -33,11 +34,13 @@ def strategy(mode: str) -> object:
         return "ddp"
     from core_model_parallel import ModelParallelStrategy
 
-    shape = mode.removeprefix("resume-").removesuffix("-full")
+    shape = mode.removeprefix("resume-").split("-")[0]
     data_parallel, tensor_parallel = (int(size) for size in shape.split("x"))
+    # -no-fully-shard: a parallelize function that forgets fully_shard (refused: nothing averages the replicas)
+    parallelize = nd.parallelize_tensors_only if mode.endswith("-no-fully-shard") else nd.parallelize
     return ModelParallelStrategy(
         data_parallel_size=data_parallel, tensor_parallel_size=tensor_parallel,
-        save_distributed_checkpoint=not mode.endswith("-full"), parallelize_fn=nd.parallelize,
+        save_distributed_checkpoint=not mode.endswith("-full"), parallelize_fn=parallelize,
     )
 
 

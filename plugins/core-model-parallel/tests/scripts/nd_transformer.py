@@ -96,15 +96,22 @@ def optimizer(parameters: Any) -> torch.optim.Optimizer:
     return torch.optim.AdamW(parameters, lr=LEARNING_RATE)
 
 
-def parallelize(module: nn.Module, device_mesh: Any) -> nn.Module:
-    """Tensor parallelism on every block's projections, then fully_shard over the data-parallel dimension."""
-    from torch.distributed.fsdp import fully_shard
+def parallelize_tensors_only(module: nn.Module, device_mesh: Any) -> nn.Module:
+    """Tensor parallelism on every block's projections (q, k, v, up column-wise; o, down row-wise)."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
     for block in module.layers.values():  # type: ignore[union-attr]
         parallelize_module(block, device_mesh["tensor_parallel"], plan)
+    return module
+
+
+def parallelize(module: nn.Module, device_mesh: Any) -> nn.Module:
+    """Tensor parallelism, then fully_shard over the data-parallel dimension (each block, then the root)."""
+    from torch.distributed.fsdp import fully_shard
+
+    parallelize_tensors_only(module, device_mesh)
     for block in module.layers.values():  # type: ignore[union-attr]
         fully_shard(block, mesh=device_mesh["data_parallel"])
     fully_shard(module, mesh=device_mesh["data_parallel"])
