@@ -1,42 +1,24 @@
-"""Running the 2-process jobs of the core-model-parallel tests: a clean environment, a timeout, every process gone."""
+"""The 2-process jobs of the core-model-parallel tests: scripts/<name> run by :func:`nd_jobs.run_script`."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 SCRIPTS = Path(__file__).parent / "scripts"
-sys.path.insert(0, str(SCRIPTS))  # the tests import the shared model (nd_transformer) and the job's helpers
-_RANK_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                   "LOCAL_WORLD_SIZE", "CORE_RUN_ERROR_FILE", "CORE_RUN_PARENT_PID", "CORE_GLOBAL_SEED"}
+sys.path.insert(0, str(SCRIPTS))  # the shared model (nd_transformer) and job runner (nd_jobs)
 
-Job = Callable[..., subprocess.CompletedProcess[str]]
+from nd_jobs import Job, run_script  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def job() -> Job:
-    """Runs a script of tests/scripts as a job; see :func:`run_script`."""
-    return run_script
+    """``job("mp_job.py", *arguments, timeout=120, check=True)``."""
 
+    def run(name: str, *arguments: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run_script(SCRIPTS / name, arguments, [SCRIPTS], timeout, check)
 
-def run_script(
-    name: str, *arguments: str, timeout: float = 120, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    """``python scripts/<name> ...`` with no inherited ranks and one thread per process; fails the test on error."""
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in _RANK_VARIABLES and not key.startswith(("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_"))}
-    environment.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-                        "PYTHONPATH": os.pathsep.join([str(SCRIPTS), environment.get("PYTHONPATH", "")])})
-    try:
-        finished = subprocess.run([sys.executable, str(SCRIPTS / name), *arguments], env=environment, text=True,
-                                  capture_output=True, timeout=timeout, start_new_session=True)
-    except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"{name} did not finish within {timeout} s:\n{expired.stdout}\n{expired.stderr}")
-    if check and finished.returncode != 0:
-        pytest.fail(f"{name} exited with {finished.returncode}:\n{finished.stdout}\n{finished.stderr}")
-    return finished
+    return run

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Job
 from core_model_parallel import MeshShape, ModelParallelStrategy, mesh_shape
+from nd_jobs import Job
 
 import core
 

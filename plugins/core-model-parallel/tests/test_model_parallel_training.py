@@ -15,8 +15,8 @@ from typing import Any
 import nd_transformer as nd
 import pytest
 import torch
-from conftest import Job
 from core_model_parallel import ModelParallelStrategy
+from nd_jobs import Job
 from torch.distributed.tensor import DTensor
 
 import core
