@@ -26,7 +26,8 @@ TOKEN_VARIABLE: Final = "CORE_TESTING_JOB_TOKEN"
 # Variables a launcher or scheduler sets; a job must not inherit them from the test run.
 _INHERITED_RANKS: Final = frozenset({
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "LOCAL_WORLD_SIZE", "CORE_RUN_ERROR_FILE", "CORE_RUN_PARENT_PID", "CORE_GLOBAL_SEED",
+    "LOCAL_WORLD_SIZE", "CORE_RUN_ERROR_FILE", "CORE_RUN_PARENT_PID", "CORE_GLOBAL_SEED", "CORE_DDP_JOB",
+    "CORE_LISTEN_FD",
 })
 _SCHEDULER_PREFIXES: Final = (
     "SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "MV2_", "MPI_", "MPIRUN_", "LSB_", "LSF_", "JSM_", "KUBEFLOW_",

@@ -75,7 +75,7 @@ def host_store(address: str, proposed_port: int, world_size: int, timeout: timed
         address, port, world_size, True, timeout=timeout, wait_for_workers=False, multi_tenant=True,
         master_listen_fd=listener.detach(),
     )
-    job_id = uuid.uuid4().hex
+    job_id = f"{uuid.uuid4().hex}-{os.getpid()}"  # the launcher's pid: see _own_job
     store.set(JOB_KEY, job_id)
     _hosted = HostedStore(store, port, job_id)
     return _hosted
@@ -115,12 +115,42 @@ def _check_job(store: dist.Store, cluster: ClusterInfo, job_id: str) -> None:
         )
 
 
+def _own_job() -> str | None:
+    """This process's job id, if its launcher is this process or its parent; else None.
+
+    A process that inherited the variable through something else (a test runner that once launched a job in
+    process, then mpirun) is not part of that job: it follows its own launcher's conventions instead.
+    """
+    job_id = os.environ.get(JOB_VARIABLE)
+    if not job_id:
+        return None
+    _, _, launcher = job_id.rpartition("-")
+    return job_id if launcher.isdigit() and int(launcher) in _ancestors() else None
+
+
+def _ancestors() -> set[int]:
+    """This process, its parent, and its grandparent when the parent is a multiprocessing forkserver (which
+    sits between a launcher and the ranks it starts with ``forkserver``). Not further: a test runner that once
+    launched a job itself and later starts mpirun is mpirun's parent, not a launcher of mpirun's ranks."""
+    found = {os.getpid(), os.getppid()}
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
+            is_forkserver = b"forkserver" in cmdline.read()
+        if is_forkserver:
+            with open(f"/proc/{parent}/stat", "rb") as stat:
+                found.add(int(stat.read().rsplit(b")", 1)[1].split()[1]))
+    except (OSError, ValueError, IndexError):
+        pass
+    return found
+
+
 def store_for(cluster: ClusterInfo, timeout: timedelta) -> dist.Store:
     """The store of this run, under a new key prefix: the launcher's (a client of it) or global rank 0's."""
     key = (cluster.main_address, cluster.main_port, cluster.world_size)
     run = _runs[key]
     _runs[key] += 1
-    job_id = os.environ.get(JOB_VARIABLE)
+    job_id = _own_job()
     if job_id:
         try:
             store = dist.TCPStore(cluster.main_address, cluster.main_port, cluster.world_size, False, timeout=timeout)

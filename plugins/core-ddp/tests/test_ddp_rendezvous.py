@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import socket
 import sys
 import time
@@ -80,15 +81,16 @@ def _rank_of_a_job(jobs: Any, tmp_path: Path, port: int, job: str) -> str:
 def test_a_rank_sent_to_another_jobs_store_fails_at_once_naming_both_jobs(jobs: Any, tmp_path: Path) -> None:
     other = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
     other.set("core-ddp/job", "the-other-job")
-    stderr = _rank_of_a_job(jobs, tmp_path, other.port, "this-job")
-    assert "RendezvousError: core-ddp: global rank 1 of job this-job reached the store of another job " in stderr
+    this_job = f"this-job-{os.getpid()}"  # the job id names its launcher: this test process, the rank's parent
+    stderr = _rank_of_a_job(jobs, tmp_path, other.port, this_job)
+    assert f"RendezvousError: core-ddp: global rank 1 of job {this_job} reached the store of another job " in stderr
     assert f"(the-other-job) at 127.0.0.1:{other.port}, not its launcher's" in stderr
     assert "DistNetworkError" not in stderr
 
 
 def test_a_rank_sent_to_a_store_of_another_program_says_so(jobs: Any, tmp_path: Path) -> None:
     foreign = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
-    stderr = _rank_of_a_job(jobs, tmp_path, foreign.port, "this-job")
+    stderr = _rank_of_a_job(jobs, tmp_path, foreign.port, f"this-job-{os.getpid()}")
     assert f"reached a store of another program at 127.0.0.1:{foreign.port}" in stderr
 
 
@@ -103,3 +105,15 @@ def test_core_run_binds_the_port_and_hands_the_socket_to_global_rank_zero(jobs: 
     assert first["sum"] == second["sum"] == 3.0 and first["port"] == second["port"]
     assert first["inherited"] is not None and second["inherited"] is None  # only the serving rank gets it
     assert first["job"] is None  # started by a launcher: global rank 0 serves, on the handed socket
+
+
+def test_a_job_id_inherited_from_an_unrelated_launcher_is_ignored(jobs: Any, tmp_path: Path) -> None:
+    """A process that got CORE_DDP_JOB through something else (a test runner, then mpirun) is not that job's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    command = [sys.executable, "-m", "core.run", "--strategy", "ddp", "--devices", "2",
+               *jobs.script("rendezvous_job.py", str(out))[1:]]
+    finished = jobs.run(command, timeout=240, extra_env={JOB_VARIABLE: "0123abcd-1"})  # a launcher long gone
+    assert finished.returncode == 0, finished.output
+    first, second = reports(out)
+    assert first["sum"] == second["sum"] == 3.0
