@@ -23,7 +23,7 @@ STRATEGIES: Final[dict[str, Entry]] = {
     "DataParallelStrategy": Target("core_ddp", "DataParallelStrategy", "core-ddp"),
     "FSDPStrategy": Target("core_fsdp", "FSDPStrategy", "core-fsdp"),
     "DeepSpeedStrategy": Target("core_deepspeed", "DeepSpeedStrategy", "core-deepspeed"),
-    "ModelParallelStrategy": Target("core_model_parallel", "ModelParallelStrategy", "core-model-parallel"),
+    "ModelParallelStrategy": Unsupported(_NOT_YET, "strategy='fsdp' (pip install core-fsdp) for sharding."),
     "SingleDeviceStrategy": Target("core.builtin.strategies", "SingleDeviceStrategy"),
     "XLAStrategy": Target("core_tpu", "XLAStrategy", "core-tpu"),
     "SingleTPUStrategy": Target("core_tpu", "SingleXLAStrategy", "core-tpu"),
