@@ -105,6 +105,11 @@ class _HyperparametersMixin:
             hparams = self.__dict__["_hparams"] = AttributeDict()
         return hparams
 
+    @property
+    def hparams_for_loggers(self) -> AttributeDict:
+        """:attr:`hparams`, or nothing after ``save_hyperparameters(logger=False)``: what a run sends to the loggers."""
+        return self.hparams if self.__dict__.get("_log_hyperparams", True) else AttributeDict()
+
 
 class Module(_HyperparametersMixin, torch.nn.Module):
     """A ``torch.nn.Module`` that knows how to train, validate, test and predict with itself.
@@ -260,6 +265,11 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         if trainer is None:
             raise CoreError(f"{type(self).__qualname__} is not attached to a Trainer; use it inside trainer.fit(...).")
         return trainer
+
+    @trainer.setter
+    def trainer(self, trainer: Trainer | None) -> None:
+        """Attach the Trainer running this module (``None``: detach); the Trainer does it at a run's start and end."""
+        self.__dict__["_trainer"] = trainer
 
     @property
     def attached(self) -> bool:

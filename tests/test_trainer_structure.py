@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import attrs
@@ -101,3 +102,76 @@ def test_any_callback_can_choose_where_fit_resumes(tmp_path: Path) -> None:
     third = quiet(tmp_path, max_epochs=2, callbacks=[chooser])
     third.fit(Tiny(), train_dataloaders=loader(), ckpt_path=None)
     assert chooser.asked == 2
+
+
+def _reaches_into_private_state(path: Path) -> list[str]:
+    """``trainer._x`` / ``self.trainer._x`` reads and writes, and ``module.__dict__["_trainer"]``, in one file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if name == "trainer":
+                found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.slice) == "'_trainer'" and path.name != "module.py":
+            found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")  # the Module's own slot for its trainer
+    return found
+
+
+def test_nothing_outside_the_trainer_reaches_into_its_private_state() -> None:
+    root = Path(core.__file__).parent
+    sources = [path for path in sorted(root.rglob("*.py")) if path != root / "trainer" / "_trainer.py"]
+    assert len(sources) > 50
+    reaches = [reach for path in sources for reach in _reaches_into_private_state(path)]
+    assert reaches == []
+
+
+def test_the_config_and_run_state_types_are_public_and_fast_dev_run_is_a_flag_of_the_record(tmp_path: Path) -> None:
+    from core.trainer import RunState as PublicRunState
+    from core.trainer import TrainerConfig as PublicConfig
+
+    assert (PublicConfig, PublicRunState) == (TrainerConfig, RunState)
+    trainer = quiet(tmp_path, fast_dev_run=2, max_epochs=10, limit_val_batches=0.5, num_sanity_val_steps=5)
+    assert trainer.fast_dev_run == trainer.config.fast_dev_run == 2
+    assert (trainer.max_steps, trainer.max_epochs, trainer.limit_val_batches, trainer.num_sanity_val_steps) == (
+        2, 1, 2, 0)
+    assert quiet(tmp_path, fast_dev_run=True).config.fast_dev_run == 1
+    assert quiet(tmp_path).config.fast_dev_run == 0
+    with pytest.raises(AttributeError):
+        trainer.fast_dev_run = 3  # type: ignore[misc]
+    with pytest.raises(core.ConfigurationError, match=r"fast_dev_run=-1: expected True/False or a number"):
+        TrainerConfig.from_flags(fast_dev_run=-1)
+
+
+def test_a_run_attaches_the_module_and_reads_its_hyperparameters_through_public_names(tmp_path: Path) -> None:
+    class Quiet(Tiny):
+        def __init__(self, width: int = 3) -> None:
+            super().__init__()
+            self.save_hyperparameters(logger=False)
+
+    module, silent = Tiny(), Quiet()
+    assert not module.attached and dict(silent.hparams) == {"width": 3} and dict(silent.hparams_for_loggers) == {}
+    trainer = quiet(tmp_path)
+    module.trainer = trainer
+    assert module.attached and module.trainer is trainer
+    module.trainer = None
+    assert not module.attached
+    seen: list[bool] = []
+
+    class Watch(core.Callback):
+        def on_train_start(self, trainer: core.Trainer, module: core.Module) -> None:
+            seen.append(module.trainer is trainer)
+
+    quiet(tmp_path, max_epochs=1, callbacks=[Watch()]).fit(module, train_dataloaders=loader())
+    assert seen == [True] and not module.attached  # attached for the run, detached after it
+
+
+def test_a_logger_version_can_be_read_without_choosing_it_and_handed_over(tmp_path: Path) -> None:
+    logger = core.loggers.CSVLogger(tmp_path)
+    (tmp_path / "logs" / "version_4").mkdir(parents=True)
+    assert logger.version_if_chosen is None  # reading it chose nothing
+    logger.use_version(7)  # what a ddp_spawn run hands back from its rank 0
+    assert (logger.version_if_chosen, logger.version) == (7, 7)
+    assert logger.log_dir == str(tmp_path / "logs" / "version_7")
+    logger.use_version(None)
+    assert logger.version == 5  # chosen again on first use: the next free number

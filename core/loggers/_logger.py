@@ -56,6 +56,18 @@ class Logger:
         return self._version
 
     @property
+    def version_if_chosen(self) -> int | str | None:
+        """The version if it is fixed (given, or chosen on first use), else ``None``; reading it chooses none."""
+        return self._version
+
+    def use_version(self, version: int | str | None) -> None:
+        """Write into ``version`` from now on (``None``: choose one on first use).
+
+        A Trainer run in other processes (``ddp_spawn``) hands back this way the version its rank 0 chose.
+        """
+        self._version = version
+
+    @property
     def log_dir(self) -> str:
         """Where this run's files go: ``<save_dir>/<name>/version_<n>`` (or ``.../<version>`` for a name)."""
         version = self.version

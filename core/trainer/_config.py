@@ -19,6 +19,14 @@ from core.trainer._data import check_limit
 CLIP_ALGORITHMS: Final = ("norm", "value")
 
 
+def _fast_dev_run(value: object) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"fast_dev_run={value!r}: expected True/False or a number of batches >= 0.")
+    return value
+
+
 def positive_int(value: object, flag: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigurationError(f"{flag}={value!r}: expected a whole number >= {minimum}.")
@@ -87,6 +95,7 @@ class TrainerConfig:
     log_every_n_steps: int
     deterministic: bool
     inference_mode: bool
+    fast_dev_run: int
 
     @classmethod
     def from_flags(
@@ -110,8 +119,18 @@ class TrainerConfig:
         log_every_n_steps: int = 50,
         deterministic: bool = False,
         inference_mode: bool = True,
+        fast_dev_run: int | bool = False,
     ) -> TrainerConfig:
-        """Validate the flags as given to ``Trainer(...)`` and apply their defaults."""
+        """Validate the flags as given to ``Trainer(...)`` and apply their defaults.
+
+        ``fast_dev_run=n`` (``True``: 1) overrides the loop flags as Lightning does: ``n`` batches of each stage,
+        ``max_steps=n``, one epoch, no sanity check, validation at the end of the epoch.
+        """
+        fast = _fast_dev_run(fast_dev_run)
+        if fast:
+            limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = fast
+            max_steps, max_epochs, num_sanity_val_steps = fast, 1, 0
+            val_check_interval, check_val_every_n_epoch = 1.0, 1
         steps = -1 if max_steps is None else max_steps
         if steps != -1:
             positive_int(steps, "max_steps", minimum=0)
@@ -151,4 +170,5 @@ class TrainerConfig:
             log_every_n_steps=positive_int(log_every_n_steps, "log_every_n_steps"),
             deterministic=bool(deterministic),
             inference_mode=bool(inference_mode),
+            fast_dev_run=fast,
         )

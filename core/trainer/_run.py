@@ -70,9 +70,9 @@ class Outcome:
                 callback.load_state_dict(self.callback_states[callback.state_key])
         state = trainer.run_state
         state.callback_metrics = {name: torch.tensor(value) for name, value in self.callback_metrics.items()}
-        trainer.run_state.logged_metrics = dict(self.logged_metrics)
+        state.logged_metrics = dict(self.logged_metrics)
         for logger, version in zip(trainer.loggers, self.logger_versions, strict=False):
-            logger._version = version
+            logger.use_version(version)
         return self.result
 
 
@@ -84,7 +84,7 @@ def _outcome(trainer: Trainer, module: Module, result: Any) -> Outcome:
         callback_states={callback.state_key: callback.state_dict() for callback in trainer.callbacks},
         callback_metrics={name: float(value) for name, value in trainer.callback_metrics.items()},
         logged_metrics=dict(trainer.run_state.logged_metrics),
-        logger_versions=[logger._version for logger in trainer.loggers],
+        logger_versions=[logger.version_if_chosen for logger in trainer.loggers],
     )
 
 
@@ -184,7 +184,7 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
     trainer.should_stop = False
     trainer.sanity_checking = False
     trainer.run_state.hooks = CallbackHooks(trainer.callbacks)
-    module.__dict__["_trainer"] = trainer
+    module.trainer = trainer
     if datamodule is not None:
         datamodule.trainer = trainer
     if stage == "fit":
@@ -198,7 +198,7 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
 
 
 def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
-    module.__dict__["_trainer"] = None
+    module.trainer = None
     if datamodule is not None:
         datamodule.trainer = None
     trainer.state = None
@@ -212,8 +212,8 @@ def _log_hyperparameters(trainer: Trainer, module: Module, datamodule: DataModul
         return
     params: dict[str, Any] = {}
     for owner in (datamodule, module):
-        if owner is not None and owner.__dict__.get("_log_hyperparams", True):
-            params.update(owner.hparams)
+        if owner is not None:
+            params.update(owner.hparams_for_loggers)
     if params:
         for logger in trainer.loggers:
             logger.log_hyperparams(params)

@@ -38,14 +38,6 @@ __all__ = ["Trainer"]
 
 
 
-def _fast_dev_run(value: object) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if not isinstance(value, int) or value < 0:
-        raise ConfigurationError(f"fast_dev_run={value!r}: expected True/False or a number of batches >= 0.")
-    return value
-
-
 def _callback_list(callbacks: object) -> list[Any]:
     return [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])  # type: ignore[call-overload]
 
@@ -150,17 +142,6 @@ class Trainer:
         # Resolve now, so that a bad flag fails here and not at fit(); each run launches a fresh Lite.
         lite = Lite(**self._lite_settings)
         self._lite_used = False
-        fast = _fast_dev_run(fast_dev_run)
-        if fast:  # Lightning's semantics: n batches of each stage, once, and nothing written
-            limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = fast
-            max_steps, max_epochs, num_sanity_val_steps = fast, 1, 0
-            val_check_interval, check_val_every_n_epoch = 1.0, 1
-            logger, enable_checkpointing = False, False
-            callbacks = [c for c in ([callbacks] if isinstance(callbacks, Callback) else list(callbacks or []))
-                         if not isinstance(c, ModelCheckpoint)]
-        self.fast_dev_run = fast
-        if max_time is not None and not any(isinstance(c, Timer) for c in _callback_list(callbacks)):
-            callbacks = [*_callback_list(callbacks), Timer(duration=max_time, interval="step", verbose=True)]
         self.config = TrainerConfig.from_flags(
             default_root_dir=default_root_dir, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
             min_steps=min_steps, val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
@@ -169,7 +150,13 @@ class Trainer:
             num_sanity_val_steps=num_sanity_val_steps, accumulate_grad_batches=accumulate_grad_batches,
             gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm,
             log_every_n_steps=log_every_n_steps, deterministic=deterministic, inference_mode=inference_mode,
+            fast_dev_run=fast_dev_run,
         )
+        if self.config.fast_dev_run:  # Lightning's semantics (the loop flags are set in the config): nothing written
+            logger, enable_checkpointing = False, False
+            callbacks = [kept for kept in _callback_list(callbacks) if not isinstance(kept, ModelCheckpoint)]
+        if max_time is not None and not any(isinstance(c, Timer) for c in _callback_list(callbacks)):
+            callbacks = [*_callback_list(callbacks), Timer(duration=max_time, interval="step", verbose=True)]
         self.loggers: list[Logger] = _as_loggers(logger, self.default_root_dir)
         self.callbacks: list[Callback] = self._arrange_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
 
@@ -265,6 +252,10 @@ class Trainer:
     @property
     def inference_mode(self) -> bool:
         return self.config.inference_mode
+
+    @property
+    def fast_dev_run(self) -> int:
+        return self.config.fast_dev_run
 
     def _arrange_callbacks(
         self, given: Callback | Sequence[Callback] | None, checkpointing: bool, progress_bar: bool
