@@ -4,6 +4,7 @@ single-process loss over the whole validation set, although the sets do not spli
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -89,3 +90,20 @@ def test_ddp_and_ddp_spawn_train_the_same_weights(results: dict[str, dict[str, A
     ranks must not share one copy of the weights, which would apply every step twice)."""
     for name, tensor in results["ddp"]["state"].items():
         assert torch.equal(tensor, results["ddp_spawn"]["state"][name]), name
+
+
+@pytest.mark.timeout(300)
+def test_under_ddp_spawn_the_callers_logger_points_where_rank_zero_wrote(tmp_path: Path) -> None:
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"}}
+    environment["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run([sys.executable, str(SCRIPTS / "spawn_logger.py"), str(tmp_path)], capture_output=True,
+                            text=True, timeout=240, env=environment)
+    assert result.returncode == 0, result.stdout + result.stderr
+    reported = json.loads(result.stdout.strip().splitlines()[-1])
+    assert reported["versions"] == ["version_0", "version_1"]  # rank 0 wrote version_1, in its own process
+    log_dir = Path(reported["log_dir"])
+    assert log_dir == tmp_path / "logs" / "version_1"  # the version came back (else the caller would pick version_2)
+    rows = (log_dir / "metrics.csv").read_text().splitlines()
+    assert set(rows[0].split(",")) == {"step", "loss", "epoch"} and len(rows) == 3  # 2 optimizer steps, both logged
+    assert json.loads((log_dir / "hparams.json").read_text()) == {"width": 2}

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import core
+from core.loggers import CSVLogger
 from core.trainer._config import TrainerConfig
 from core.trainer._state import RunState
 
@@ -167,7 +168,7 @@ def test_a_run_attaches_the_module_and_reads_its_hyperparameters_through_public_
 
 
 def test_a_logger_version_can_be_read_without_choosing_it_and_handed_over(tmp_path: Path) -> None:
-    logger = core.loggers.CSVLogger(tmp_path)
+    logger = CSVLogger(tmp_path)
     (tmp_path / "logs" / "version_4").mkdir(parents=True)
     assert logger.version_if_chosen is None  # reading it chose nothing
     logger.use_version(7)  # what a ddp_spawn run hands back from its rank 0
