@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from core._errors import ConfigurationError
-from core.toolkit._supervisor import PREEMPTED_EXIT_CODE
+from core.toolkit import PREEMPTED_EXIT_CODE
 
 if TYPE_CHECKING:
     from core.lite import Lite
