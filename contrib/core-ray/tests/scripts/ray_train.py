@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from core_ray import RayLauncher
 from torch.utils.data import DataLoader, TensorDataset
 
 from core import Lite
-from core_ray import RayLauncher
 
 GLOBAL_BATCH = 64
 EPOCHS = 2
