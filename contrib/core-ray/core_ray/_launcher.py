@@ -346,7 +346,7 @@ class RayLauncher:
     def _collect(
         ray: Any, done: Sequence[Any], running: Mapping[Any, _Placed], results: dict[int, Any]
     ) -> list[tuple[_Placed, BaseException]]:
-        failures = []
+        failures: list[tuple[_Placed, BaseException]] = []
         for reference in done:
             actor = running[reference]
             try:
