@@ -18,7 +18,6 @@ group: ``setup_dataloaders`` gives group ``i`` of ``n`` its ``i``-th share.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,7 +28,7 @@ from typing import Any, ClassVar, Final
 import torch
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit import SingleDeviceStrategy, bind_listener
+from core.toolkit import SingleDeviceStrategy, bind_listener, is_loopback
 from core_torchft import _engine
 from core_torchft._ddp import FaultTolerantDDP
 
@@ -87,13 +86,6 @@ def _manager_server_on(host: str | None) -> Iterator[None]:
         setattr(manager_module, "ManagerServer", original)  # noqa: B010
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def _gloo_on_loopback(host: str | None) -> None:
     """Make gloo's pairs use the loopback interface when the group listens on a loopback address.
 
@@ -101,7 +93,7 @@ def _gloo_on_loopback(host: str | None) -> None:
     machine's network address), and torchft builds a new gloo group at every quorum change, so the variable is set
     for the process (only when it is unset) rather than for one group.
     """
-    if host is None or not _is_loopback(host) or os.environ.get(GLOO_INTERFACE_VARIABLE):
+    if host is None or not is_loopback(host.strip("[]")) or os.environ.get(GLOO_INTERFACE_VARIABLE):
         return
     names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
     if names:
@@ -116,9 +108,9 @@ class TorchFTStrategy(SingleDeviceStrategy):
         A group restarted after a failure keeps its number (and its share of the data).
     :param num_replica_groups: How many groups the data is split in (default ``NUM_REPLICA_GROUPS``, else 1).
     :param min_replica_size: Fewest groups that may commit a step.
-    :param host: The address this group's manager server and store listen on and advertise (default
-        ``CORE_TORCHFT_HOST``; else torchft's: every interface, advertised by host name). ``"127.0.0.1"`` keeps
-        a one-machine run on loopback.
+    :param host: The address this group advertises and its manager server listens on (default
+        ``CORE_TORCHFT_HOST``; else torchft's: every interface, advertised by host name). A loopback address
+        (``"127.0.0.1"``) keeps a one-machine run on loopback: store, manager server and gloo's pairs.
     :param timeout: How long a collective, a commit or a state transfer may take.
     :param quorum_timeout: How long a step may wait for its quorum (longer than a step).
     :param connect_timeout: How long to wait for the lighthouse and the other groups' servers.

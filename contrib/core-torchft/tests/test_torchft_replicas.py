@@ -88,10 +88,12 @@ def test_a_killed_group_leaves_the_others_stepping_and_a_new_group_catches_up(tm
 
     assert {record["gloo_interface"] for record in (first, second, last)} == {"lo"}
     assert watch.outside() == [], f"sockets outside 127.0.0.1: {watch.outside()}"
-    report(first["timeline"], killed_at, joiner.started, joined[0])
+    report(first["timeline"], killed_at, joiner.started, last["ready"], joined[0])
 
 
-def report(timeline: list[list[float]], killed_at: float, joiner_started: float, joined: list[float]) -> None:
+def report(
+    timeline: list[list[float]], killed_at: float, joiner_started: float, joiner_ready: float, joined: list[float]
+) -> None:
     """Steps per second of group 0 before and after the kill, how long it waited, how long the joiner took."""
     before = [moment for moment, _, _ in timeline if moment <= killed_at]
     after = [moment for moment, _, size in timeline if moment > killed_at and size == 2]
@@ -99,9 +101,10 @@ def report(timeline: list[list[float]], killed_at: float, joiner_started: float,
         f"\ngroup 0: {rate(timeline, killed_at - 2.0, killed_at):.1f} steps/s with 3 groups in the 2 s before the "
         f"kill, {rate(timeline, after[0], after[0] + 2.0):.1f} steps/s with 2 groups in the 2 s after it resumed; "
         f"paused {after[0] - before[-1]:.2f} s (lighthouse heartbeat timeout {HEARTBEAT_TIMEOUT_MS} ms)\n"
-        f"new group: first committed step {int(joined[1])} (with the others' state) {joined[0] - joiner_started:.2f} s "
-        f"after its process started; {rate(timeline, joined[0], joined[0] + 2.0):.1f} steps/s for group 0 with 3 "
-        f"groups again"
+        f"new group: process start to set up {joiner_ready - joiner_started:.2f} s, then "
+        f"{joined[0] - joiner_ready:.2f} s to its first committed step {int(joined[1])} "
+        f"(quorum, the others' state received, one step); "
+        f"{rate(timeline, joined[0], joined[0] + 2.0):.1f} steps/s for group 0 with 3 groups again"
     )
 
 

@@ -82,6 +82,7 @@ def train(lite: Lite, out: Path, same_start: bool) -> None:
     model = model_from(100 if same_start else 100 + group)
     module, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=MOMENTUM))
     manager = strategy.manager
+    ready = time.time()  # set up, before the first quorum (and before healing, for a group that joins late)
     record = out / f"group-{group}-{os.getpid()}.json"
     timeline: list[tuple[float, int, int]] = []
     while True:
@@ -97,7 +98,7 @@ def train(lite: Lite, out: Path, same_start: bool) -> None:
             write(record, {"pid": os.getpid(), "group": group, "timeline": timeline, "done": False})
     weights = {name: value.flatten().tolist() for name, value in model.state_dict().items()}
     momentum = [state["momentum_buffer"].flatten().tolist() for state in optimizer.state.values()]
-    write(record, {"pid": os.getpid(), "group": group, "timeline": timeline, "done": True,
+    write(record, {"pid": os.getpid(), "group": group, "timeline": timeline, "done": True, "ready": ready,
                    "step": manager.current_step(), "weights": weights, "momentum": momentum,
                    "gloo_interface": os.environ.get("GLOO_SOCKET_IFNAME"),
                    "reference": reference(manager.current_step(), groups) if same_start else None})
