@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from core_torchft import INSTALL, TorchFTStrategy
 from core_torchft.lighthouse import advertised
-from torchft_harness import Watch, group_environment, lighthouse
+from torchft_harness import SCRIPTS, Watch, group_environment, lighthouse
 
 import core
 
@@ -101,3 +103,21 @@ def test_the_lighthouse_command_serves_on_loopback_until_terminated() -> None:
         listening = {entry for entry in watch.seen if entry[1] == "LISTEN"}
         assert listening and all(entry[2] == "127.0.0.1" for entry in listening), listening
     assert watch.outside() == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_trainer_in_one_group_checkpoints_and_resumes_the_managers_step(tmp_path: Path) -> None:
+    """``Trainer(strategy="torchft_ddp")``: the manager's step travels in the Trainer's checkpoint and comes back."""
+    pytest.importorskip("torchft")
+    with Watch() as watch, lighthouse(watch) as address:
+        finished = subprocess.run(
+            [sys.executable, str(SCRIPTS / "torchft_trainer.py"), str(tmp_path)], env=group_environment(address, 1),
+            capture_output=True, text=True, timeout=150,
+        )
+        watch.poll()
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    result = json.loads((tmp_path / "trainer.json").read_text())
+    assert result["first"] == [16, {"step": 16, "batches_committed": 16}]  # 2 epochs x 8 batches, all committed
+    assert result["resumed"] == [24, {"step": 24, "batches_committed": 24}]  # went on from the checkpoint's 16
+    assert watch.outside() == [], f"sockets outside 127.0.0.1: {watch.outside()}"
