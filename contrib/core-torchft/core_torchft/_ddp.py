@@ -3,9 +3,11 @@
 No ``from __future__ import annotations`` here: DDP inspects a communication hook's annotations when it is
 registered and accepts only the real ``dist.GradBucket`` and ``Future`` types, not their names.
 
-torchft 0.2's own ``DistributedDataParallel._comm_hook`` asserts on the future of a failed allreduce (``assert
-fut._fut``): when another replica group dies in the middle of a backward pass, the survivor's backward raises
-``AssertionError`` instead of discarding the step. Here the hook waits for the managed allreduce (which averages
+torchft 0.2's own ``DistributedDataParallel._comm_hook`` returns the inner future of the managed allreduce
+(``assert fut._fut``): when another replica group dies while this one waits in that allreduce (gloo: "Connection
+closed by peer"), the assertion fails and the survivor's backward raises ``AssertionError`` instead of discarding
+the step (reproduced here: tests/test_torchft_replicas.py kills a group inside its backward pass; with torchft's
+wrapper both survivors exit with that error). Here the hook waits for the managed allreduce (which averages
 the bucket in place over the quorum's groups, or records the error with the manager so that ``should_commit``
 refuses the step) and hands DDP the bucket either way.
 """

@@ -1,6 +1,6 @@
-"""torchft_ddp with real replica groups on 127.0.0.1: one of three is SIGKILLed mid-training, the other two keep
-stepping in the same processes, a new group joins, receives the state and ends with the same weights and
-optimizer state as the others.
+"""torchft_ddp with real replica groups on 127.0.0.1: one of three is SIGKILLed mid-training (inside a step, while
+the others wait for its gradients in the allreduce), the other two keep stepping in the same processes, a new
+group joins, receives the state and ends with the same weights and optimizer state as the others.
 
 Each group is ``scripts/torchft_train.py`` in its own process (REPLICA_GROUP_ID 0 to 2 of NUM_REPLICA_GROUPS 3;
 the group that joins takes the dead group's number, as a scheduler restarting it would). The groups start from
@@ -23,6 +23,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(240
 
 AFTER_KILL = 100
 """Steps the survivors commit without the killed group before a new one starts."""
+HOLD_AT = 30
+"""The step in whose backward pass the group to be killed stops."""
+
+
+def wait_for_file(path: Path, group: Group, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert group.process.poll() is None, f"the group exited ({group.process.returncode}):\n{group.output()}"
+        assert time.monotonic() < deadline, f"no {path.name} within {timeout} s:\n{group.output()}"
+        time.sleep(0.02)
 
 
 def rate(timeline: list[list[float]], start: float, end: float) -> float:
@@ -47,12 +57,14 @@ def test_a_killed_group_leaves_the_others_stepping_and_a_new_group_catches_up(tm
     started: list[Group] = []
     with watch, lighthouse(watch, min_replicas=2) as address:
         try:
-            started += [Group(tmp_path, number, address, 3, watch) for number in (0, 1, 2)]
+            started += [Group(tmp_path, number, address, 3, watch) for number in (0, 1)]
+            started.append(Group(tmp_path, 2, address, 3, watch, "--hold-in-backward-at", str(HOLD_AT)))
             survivors, victim = started[:2], started[2]
-            survivors[0].wait_for_step(30, participants=3)  # all three in one quorum
+            # Killed in the middle of a step: inside its backward pass, while the others wait in the allreduce.
+            wait_for_file(tmp_path / "holding-2", victim)
             os.kill(victim.process.pid, signal.SIGKILL)
             killed_at = time.time()
-            step_at_kill = max(group.step() for group in survivors)
+            step_at_kill = HOLD_AT  # where all three stand: the other two wait in its allreduce
             for group in survivors:
                 group.wait_for_step(step_at_kill + AFTER_KILL)  # two of them now, in the same processes
             joiner = Group(tmp_path, 2, address, 3, watch)
@@ -68,9 +80,12 @@ def test_a_killed_group_leaves_the_others_stepping_and_a_new_group_catches_up(tm
     assert all(record is not None and record["done"] for record in records)
     first, second, last = (record or {} for record in records)
 
-    # No restart: each survivor is the process it was, its step count never reset, through the kill and the join.
+    # No restart: each survivor is the process it was, its step count never reset, through the kill and the join;
+    # the step the kill broke (its allreduce lost a peer) was dropped, not applied, and the run went on.
     for group, record in zip(survivors, (first, second), strict=True):
         assert record["pid"] == group.process.pid
+        assert any(size == 3 for moment, _, size in record["timeline"] if moment < killed_at)
+        assert "should_commit completed should_commit=false" in group.log.read_text(), "no step failed at the kill"
         steps = [step for _, step, _ in record["timeline"]]
         assert steps == sorted(steps) and steps[-1] == record["step"], "a survivor's step went back"
         after_kill = [(step, size) for moment, step, size in record["timeline"] if moment > killed_at]

@@ -1,6 +1,6 @@
 """One replica group of a torchft_ddp job: train until told to stop, record every committed step.
 
-    python torchft_train.py OUT [--same-start]
+    python torchft_train.py OUT [--same-start] [--hold-in-backward-at STEP]
 
 The lighthouse, the replica group and the group count come from the environment (TORCHFT_LIGHTHOUSE,
 REPLICA_GROUP_ID, NUM_REPLICA_GROUPS, CORE_TORCHFT_HOST). The group records its pid and, for every step,
@@ -12,13 +12,16 @@ its own random weights (the first quorum must sync them) unless ``--same-start``
 from the same ones (``init_sync=False``: no group heals at the first step) and the record also holds the weights
 that one process reaches on the whole global batches for the same number of steps (plain torch, no torchft):
 data parallelism over the groups must match it.
+
+``--hold-in-backward-at STEP`` stops the group inside the backward pass of that step (before its gradients reach
+the allreduce, while the other groups wait in it) and writes OUT/holding-G, for the test to SIGKILL it there.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -75,13 +78,26 @@ def write(path: Path, data: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def train(lite: Lite, out: Path, same_start: bool) -> None:
+def hold_in_backward(model: torch.nn.Module, manager: Any, step: int, out: Path, group: int) -> None:
+    def hold(gradient: torch.Tensor) -> torch.Tensor:
+        if manager.current_step() == step:
+            (out / f"holding-{group}").write_text(str(os.getpid()))
+            time.sleep(600)  # until the test kills this process
+        return gradient
+
+    # The first layer's weight gets its gradient last: DDP cannot have sent this step's bucket yet.
+    next(model.parameters()).register_hook(hold)
+
+
+def train(lite: Lite, out: Path, same_start: bool, hold_at: int | None) -> None:
     strategy = lite.strategy
     assert isinstance(strategy, TorchFTStrategy)
     group, groups = strategy.group(), strategy.groups()
     model = model_from(100 if same_start else 100 + group)
     module, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=MOMENTUM))
     manager = strategy.manager
+    if hold_at is not None:
+        hold_in_backward(model, manager, hold_at, out, group)
     ready = time.time()  # set up, before the first quorum (and before healing, for a group that joins late)
     record = out / f"group-{group}-{os.getpid()}.json"
     timeline: list[tuple[float, int, int]] = []
@@ -105,6 +121,12 @@ def train(lite: Lite, out: Path, same_start: bool) -> None:
 
 
 if __name__ == "__main__":
-    same = "--same-start" in sys.argv
-    strategy = TorchFTStrategy(timeout=5, quorum_timeout=60, connect_timeout=10, init_sync=not same)
-    Lite(accelerator="cpu", strategy=strategy, devices=1).launch(train, Path(sys.argv[1]), same)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--same-start", action="store_true")
+    parser.add_argument("--hold-in-backward-at", type=int)
+    options = parser.parse_args()
+    strategy = TorchFTStrategy(timeout=5, quorum_timeout=60, connect_timeout=10, init_sync=not options.same_start)
+    Lite(accelerator="cpu", strategy=strategy, devices=1).launch(
+        train, options.out, options.same_start, options.hold_in_backward_at
+    )
