@@ -60,6 +60,12 @@ def _whole(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"TorchFTStrategy({name}={value!r}): expected True or False.")
+    return value
+
+
 @contextlib.contextmanager
 def _manager_server_on(host: str | None) -> Iterator[None]:
     """Bind the manager server that ``torchft.Manager`` starts to ``host`` instead of every interface.
@@ -154,9 +160,9 @@ class TorchFTStrategy(SingleDeviceStrategy):
         self.quorum_timeout = _duration("quorum_timeout", quorum_timeout)
         self.connect_timeout = _duration("connect_timeout", connect_timeout)
         self.heartbeat_interval = _duration("heartbeat_interval", heartbeat_interval)
-        self.use_async_quorum = use_async_quorum
+        self.use_async_quorum = _flag("use_async_quorum", use_async_quorum)
         self.max_retries = None if max_retries is None else _whole("TorchFTStrategy(max_retries)", max_retries, 0)
-        self.init_sync = init_sync
+        self.init_sync = _flag("init_sync", init_sync)
         self._manager: Any = None
         self._process_group: Any = None
         self._store: Any = None

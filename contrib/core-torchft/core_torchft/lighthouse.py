@@ -40,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heartbeat-timeout-ms", type=int, default=5_000,
                         help="how long without a heartbeat before a group counts as dead")
     options = parser.parse_args(argv)
+    if options.min_replicas < 1:
+        parser.error(f"--min-replicas {options.min_replicas}: a quorum needs at least 1 replica group")
     server = submodule("coordination").LighthouseServer(
         bind=options.bind,
         min_replicas=options.min_replicas,

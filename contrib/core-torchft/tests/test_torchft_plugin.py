@@ -58,6 +58,8 @@ def test_options_and_replica_groups_are_checked(monkeypatch: pytest.MonkeyPatch)
         TorchFTStrategy(timeout=0)
     with pytest.raises(core.ConfigurationError, match=r"min_replica_size\)=0: expected a whole number >= 1"):
         TorchFTStrategy(min_replica_size=0)
+    with pytest.raises(core.ConfigurationError, match=r"TorchFTStrategy\(init_sync='no'\): expected True or False"):
+        TorchFTStrategy(init_sync="no")  # type: ignore[arg-type]
     with pytest.raises(core.ConfigurationError, match="replica group 2 is outside num_replica_groups=2"):
         TorchFTStrategy(replica_group=2, num_replica_groups=2).groups()
     monkeypatch.setenv("REPLICA_GROUP_ID", "one")
@@ -92,6 +94,13 @@ def test_the_lighthouse_advertises_the_address_it_is_bound_to() -> None:
     assert advertised("127.0.0.1:0", "http://vm:41481") == "http://127.0.0.1:41481"
     assert advertised("[::1]:0", "http://vm:41481/") == "http://[::1]:41481"
     assert advertised("[::]:29510", "http://vm:29510").endswith(":29510")  # every interface: the host name
+
+
+def test_the_lighthouse_command_refuses_a_quorum_of_nobody() -> None:
+    finished = subprocess.run([sys.executable, "-m", "core_torchft.lighthouse", "--bind", "127.0.0.1:0",
+                               "--min-replicas", "0"], capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 2
+    assert "--min-replicas 0: a quorum needs at least 1 replica group" in finished.stderr
 
 
 @pytest.mark.timeout(60)
