@@ -16,7 +16,7 @@ import contextlib
 import inspect
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -24,6 +24,8 @@ import torch
 from core._errors import CheckpointError, ConfigurationError, CoreError, CoreWarning
 
 if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
     from core.trainer import Trainer
 
 __all__ = ["AttributeDict", "DataModule", "Module"]
@@ -249,6 +251,87 @@ class Module(_HyperparametersMixin, torch.nn.Module):
 
     def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
 
+    # -- the batch on its way to the device (Lightning's names; a DataModule may override them instead) ----------
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change the batch before it moves to the device (CPU-side augmentation); return it."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move the batch to ``device``; by default every tensor in nested lists, tuples and dicts is moved."""
+        return self.trainer.lite.to_device(batch)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change the batch once it is on the device (GPU-side augmentation); return it."""
+        return batch
+
+    # -- the optimization step, overridable (Lightning's names and default behaviour) -----------------------
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Compute the gradients of ``loss`` through the strategy and precision (``Lite.backward``)."""
+        self.trainer.lite.backward(loss, *args, **kwargs)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip before each optimizer step; receives the Trainer's ``gradient_clip_val`` / ``_algorithm``.
+
+        Called at every step; the default clips only when ``gradient_clip_val`` is set.
+        """
+        if gradient_clip_val:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm or "norm")
+
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: torch.optim.Optimizer,
+        optimizer_closure: Callable[[], Any] | None = None,
+    ) -> None:
+        """Step ``optimizer``. Override to change how (learning-rate warm-up, skipping steps); call
+        ``optimizer.step(closure=optimizer_closure)``: the closure runs ``training_step`` and the backward pass,
+        so a step that never calls it trains nothing on that batch.
+        """
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """Zero the gradients before a step's first backward; override for ``set_to_none=False`` and the like."""
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step a learning-rate scheduler (``metric`` for ``ReduceLROnPlateau``-like ones, else ``None``)."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this Module needs, added when fit / validate / test / predict starts.
+
+        A callback of the same class as one given to the Trainer replaces it (Lightning's rule).
+        """
+        return []
+
+    # -- evaluation mode (called only when overridden; by default every submodule's mode is put back) --------
+
+    def on_validation_model_eval(self) -> None:
+        self.trainer.run_state.step_module.eval()
+
+    def on_validation_model_train(self) -> None:
+        self.trainer.run_state.step_module.train()
+
+    def on_test_model_eval(self) -> None:
+        self.trainer.run_state.step_module.eval()
+
+    def on_test_model_train(self) -> None:
+        self.trainer.run_state.step_module.train()
+
+    def on_predict_model_eval(self) -> None:
+        self.trainer.run_state.step_module.eval()
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add your own entries to a checkpoint about to be written (keys not used by the Trainer)."""
 
@@ -293,6 +376,38 @@ class Module(_HyperparametersMixin, torch.nn.Module):
             return trainer.lite.device
         parameter = next(self.parameters(), None)
         return parameter.device if parameter is not None else torch.device("cpu")
+
+    @property
+    def device_mesh(self) -> DeviceMesh | None:
+        """The run's ``DeviceMesh`` under a strategy that builds one (``model_parallel``, ``pipeline``), else ``None``.
+
+        Read it in :meth:`configure_model` to parallelize the layers (Lightning's ``self.device_mesh``).
+        """
+        trainer = self.__dict__.get("_trainer")
+        return trainer.lite.device_mesh if trainer is not None else None
+
+    @property
+    def example_input_array(self) -> Any:
+        """An example input (``forward``'s argument, a tuple for several, a dict for keywords), kept for code that
+        reads it (exporters, your callbacks). Unlike Lightning's, ``ModelSummary`` does not yet show the layers'
+        input and output sizes from it."""
+        return self.__dict__.get("_example_input_array")
+
+    @example_input_array.setter
+    def example_input_array(self, value: Any) -> None:
+        self.__dict__["_example_input_array"] = value
+
+    @property
+    def logger(self) -> Any:
+        """The Trainer's first logger, or ``None`` (outside a run as well)."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.logger if trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """The Trainer's loggers (empty outside a run)."""
+        trainer = self.__dict__.get("_trainer")
+        return list(trainer.loggers) if trainer is not None else []
 
     @property
     def global_rank(self) -> int:
@@ -350,6 +465,11 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         if trainer is None:
             _warn_once(f"{type(self).__qualname__}.log({name!r}) outside a Trainer run does nothing.")
             return
+        if trainer.config.barebones:
+            raise ConfigurationError(
+                f"{type(self).__qualname__}.log({name!r}) under Trainer(barebones=True): barebones mode turns logging "
+                f"off to measure the loop alone; remove the self.log calls or barebones=True."
+            )
         trainer.run_state.metrics.log(
             name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, batch_size,
             add_dataloader_idx,

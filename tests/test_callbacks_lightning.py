@@ -101,3 +101,42 @@ def test_fast_dev_run_runs_n_batches_once_and_writes_nothing(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == [] and fast.loggers == [] and fast.checkpoint_callback is None
     with pytest.raises(core.ConfigurationError, match="fast_dev_run=-1: expected True/False or a number"):
         core.Trainer(accelerator="cpu", devices=1, fast_dev_run=-1)
+
+
+def test_a_prediction_writer_gets_each_batchs_dataset_indices_also_when_shuffled(tmp_path: Path) -> None:
+    from core.callbacks import BasePredictionWriter
+
+    class Keep(BasePredictionWriter):
+        def __init__(self, interval: str) -> None:
+            super().__init__(interval)
+            self.batches: list[tuple[list[int], int]] = []
+            self.epoch: Any = None
+
+        def write_on_batch_end(self, trainer: Any, pl_module: Any, prediction: Any, batch_indices: Any, batch: Any,
+                               batch_idx: int, dataloader_idx: int) -> None:
+            self.batches.append((batch_indices, batch_idx))
+            assert torch.equal(batch[0], inputs[batch_indices])  # the indices name exactly this batch's samples
+
+        def write_on_epoch_end(self, trainer: Any, pl_module: Any, predictions: Any, batch_indices: Any) -> None:
+            self.epoch = (len(predictions), batch_indices)
+
+    class Predicts(Tiny):
+        def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+            return self.net(batch[0])
+
+    generator = torch.Generator().manual_seed(3)
+    inputs = torch.randn(12, 2, generator=generator)
+    shuffled = DataLoader(TensorDataset(inputs, torch.zeros(12, 1)), batch_size=5, shuffle=True)
+    writer = Keep("batch_and_epoch")
+    trainer(tmp_path, callbacks=[writer]).predict(Predicts(), shuffled)
+    assert [index for _, index in writer.batches] == [0, 1, 2]
+    seen = [i for indices, _ in writer.batches for i in indices]
+    assert sorted(seen) == list(range(12)) and seen != list(range(12))  # shuffled, every sample once
+    assert writer.epoch == (3, [[indices for indices, _ in writer.batches]])
+    only_epoch = Keep("epoch")
+    trainer(tmp_path, callbacks=[only_epoch]).predict(Predicts(), data(8))
+    assert only_epoch.batches == [] and only_epoch.epoch[1] == [[[0, 1, 2, 3], [4, 5, 6, 7]]]
+    with pytest.raises(core.ConfigurationError, match=r"write_interval='step'\): expected one of \['batch'"):
+        Keep("step")
+    with pytest.raises(core.ConfigurationError, match=r"does not override write_on_batch_end"):
+        trainer(tmp_path, callbacks=[BasePredictionWriter("batch")]).predict(Predicts(), data(8))

@@ -3,10 +3,12 @@ the subclass style, pickled launches (what a spawning strategy does), and the er
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -241,8 +243,9 @@ def test_launch_without_a_function_is_refused_when_the_strategy_runs_the_ranks_e
     assert "lite.launch(train)" in str(error.value)
 
 
-def test_methods_before_launch_say_what_to_call_first() -> None:
-    lite = core.Lite(accelerator="cpu", devices=1)
+def test_methods_before_launch_say_what_to_call_first_when_processes_must_be_started() -> None:
+    pytest.importorskip("core_ddp", reason="a strategy that starts processes: plugins/core-ddp")
+    lite = core.Lite(accelerator="cpu", strategy="ddp", devices=2)
     for call in (
         lambda: lite.setup(torch.nn.Linear(1, 1)),
         lambda: lite.backward(torch.ones(1, requires_grad=True).sum()),
@@ -254,8 +257,29 @@ def test_methods_before_launch_say_what_to_call_first() -> None:
         with pytest.raises(core.CoreError) as error:
             call()
         message = str(error.value)
-        assert "needs a launched run" in message
+        assert "needs a launched run: strategy 'ddp' starts 2 processes, which only launch() can do" in message
         assert "lite.launch(train)" in message and "override run()" in message
+
+
+def test_one_process_needs_no_launch_as_in_fabric(tmp_path: Path) -> None:
+    lite = core.Lite(accelerator="cpu", devices=1)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    expected = copy.deepcopy(model)
+    module, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))  # no launch() before
+    assert lite.device == torch.device("cpu") and lite.world_size == 1
+    inputs = torch.ones(4, 2)
+    loss = module(inputs).sum()
+    lite.backward(loss)
+    optimizer.step()
+    reference = torch.optim.SGD(expected.parameters(), lr=0.1)
+    expected(inputs).sum().backward()
+    reference.step()
+    torch.testing.assert_close(model.weight, expected.weight)
+    lite.save(tmp_path / "one.ckpt", {"model": module})
+    assert (tmp_path / "one.ckpt").exists()
+    with pytest.raises(core.CoreError, match="a Lite runs once"):  # the implicit launch was this Lite's run
+        lite.launch(record_and_return, 1)
 
 
 def test_methods_after_the_run_ended_say_so() -> None:

@@ -2,16 +2,20 @@
 
 from core.callbacks._callback import Callback
 from core.callbacks.early_stopping import EarlyStopping
+from core.callbacks.gradient_accumulation import GradientAccumulationScheduler
 from core.callbacks.lambda_function import LambdaCallback
 from core.callbacks.lr_monitor import LearningRateMonitor
 from core.callbacks.model_checkpoint import ModelCheckpoint
 from core.callbacks.model_summary import ModelSummary
+from core.callbacks.prediction_writer import BasePredictionWriter
 from core.callbacks.progress import ProgressBar, TQDMProgressBar
 from core.callbacks.timer import Timer
 
 __all__ = [
+    "BasePredictionWriter",
     "Callback",
     "EarlyStopping",
+    "GradientAccumulationScheduler",
     "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",

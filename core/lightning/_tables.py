@@ -23,7 +23,7 @@ STRATEGIES: Final[dict[str, Entry]] = {
     "DataParallelStrategy": Target("core_ddp", "DataParallelStrategy", "core-ddp"),
     "FSDPStrategy": Target("core_fsdp", "FSDPStrategy", "core-fsdp"),
     "DeepSpeedStrategy": Target("core_deepspeed", "DeepSpeedStrategy", "core-deepspeed"),
-    "ModelParallelStrategy": Unsupported(_NOT_YET, "strategy='fsdp' (pip install core-fsdp) for sharding."),
+    "ModelParallelStrategy": Target("core_model_parallel", "ModelParallelStrategy", "core-model-parallel"),
     "SingleDeviceStrategy": Target("core.builtin.strategies", "SingleDeviceStrategy"),
     "XLAStrategy": Target("core_tpu", "XLAStrategy", "core-tpu"),
     "SingleTPUStrategy": Target("core_tpu", "SingleXLAStrategy", "core-tpu"),
@@ -71,8 +71,10 @@ CALLBACKS: Final[dict[str, Entry]] = {
     **{
         name: Target("core.callbacks", name)
         for name in (
+            "BasePredictionWriter",
             "Callback",
             "EarlyStopping",
+            "GradientAccumulationScheduler",
             "LambdaCallback",
             "LearningRateMonitor",
             "ModelCheckpoint",
@@ -87,12 +89,10 @@ CALLBACKS: Final[dict[str, Entry]] = {
         for name in (
             "BackboneFinetuning",
             "BaseFinetuning",
-            "BasePredictionWriter",
             "BatchSizeFinder",
             "Checkpoint",
             "DeviceStatsMonitor",
             "EMAWeightAveraging",
-            "GradientAccumulationScheduler",
             "LearningRateFinder",
             "OnExceptionCheckpoint",
             "RichModelSummary",

@@ -23,7 +23,7 @@ import os
 import warnings
 from collections.abc import Callable, Generator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from typing import Any, Final, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
 
 import torch
 from torch.utils.data import DataLoader
@@ -38,6 +38,9 @@ from core.registry._active import ActiveSet
 from core.registry._resolver import resolve
 from core.toolkit._checkpoint_state import PRECISION_KEY, Filter, is_stateful, restore, to_checkpoint
 from core.toolkit._collections import apply_to_tensors
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["Lite", "LiteDataLoader", "LiteModule", "LiteOptimizer"]
 
@@ -344,6 +347,18 @@ class Lite:
             )
         return result
 
+    def _launch_implicitly(self) -> bool:
+        """Fabric's rule: ``launch()`` is needed only where processes must be started. With one process, or with
+        every process already started (torchrun, srun, mpirun, ``python -m core.run``), the first method that
+        needs the run sets this process up as ``launch()`` would (the run is torn down at exit)."""
+        self._ensure_attached()
+        config = self._active.config
+        external = bool(self._active.hook.environment_creates_processes_externally())
+        if config.world_size != 1 and not external:
+            return False
+        self.launch()
+        return self._phase == _RUNNING
+
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Override in a subclass with your training code; calling it launches the run."""
         raise CoreError(
@@ -354,9 +369,13 @@ class Lite:
         if self._phase == _RUNNING:
             return
         if self._phase == _NEW:
+            if self._launch_implicitly():
+                return
+            config = self._active.config
             raise CoreError(
-                f"Lite.{method}() needs a launched run: call lite.launch(train) and use it inside train(lite, ...), "
-                f"override run() in a Lite subclass, or call lite.launch() first."
+                f"Lite.{method}() needs a launched run: strategy {config.strategy!r} starts "
+                f"{config.world_size} processes, which only launch() can do. Call lite.launch(train) and use it "
+                f"inside train(lite, ...), override run() in a Lite subclass, or call lite.launch() first."
             )
         raise CoreError(
             f"Lite.{method}() was called after the run ended (launch() returned and tore it down); "
@@ -792,6 +811,16 @@ class Lite:
     def strategy(self) -> object:
         """The strategy plugin object of this run."""
         return self.active.strategy
+
+    @property
+    def device_mesh(self) -> DeviceMesh | None:
+        """The run's ``DeviceMesh`` when its strategy lays the processes out on one, else ``None``.
+
+        A strategy that builds a mesh (``model_parallel``, ``pipeline``) exposes it as its ``device_mesh``
+        attribute once the process group exists; Lite hands it on, as Lightning's ``LightningModule.device_mesh``
+        does. Read it inside the launched function (outside a run the strategy has no mesh yet and raises).
+        """
+        return cast("DeviceMesh | None", getattr(self.active.strategy, "device_mesh", None))
 
     @property
     def callbacks(self) -> list[Any]:

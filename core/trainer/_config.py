@@ -17,6 +17,7 @@ from core._errors import ConfigurationError
 from core.trainer._data import check_limit
 
 CLIP_ALGORITHMS: Final = ("norm", "value")
+SYNC_BATCHNORM_DEVICES: Final = ("cuda", "xpu", "hpu")
 
 
 def _fast_dev_run(value: object) -> int:
@@ -96,6 +97,13 @@ class TrainerConfig:
     deterministic: bool
     inference_mode: bool
     fast_dev_run: int
+    overfit_batches: int | float = 0.0
+    benchmark: bool | None = None
+    use_distributed_sampler: bool = True
+    detect_anomaly: bool = False
+    sync_batchnorm: bool = False
+    reload_dataloaders_every_n_epochs: int = 0
+    barebones: bool = False
 
     @classmethod
     def from_flags(
@@ -112,7 +120,7 @@ class TrainerConfig:
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
-        num_sanity_val_steps: int = 2,
+        num_sanity_val_steps: int | None = None,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
@@ -120,12 +128,37 @@ class TrainerConfig:
         deterministic: bool = False,
         inference_mode: bool = True,
         fast_dev_run: int | bool = False,
+        overfit_batches: int | float = 0.0,
+        benchmark: bool | None = None,
+        use_distributed_sampler: bool = True,
+        detect_anomaly: bool = False,
+        sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        barebones: bool = False,
     ) -> TrainerConfig:
         """Validate the flags as given to ``Trainer(...)`` and apply their defaults.
 
         ``fast_dev_run=n`` (``True``: 1) overrides the loop flags as Lightning does: ``n`` batches of each stage,
-        ``max_steps=n``, one epoch, no sanity check, validation at the end of the epoch.
+        ``max_steps=n``, one epoch, no sanity check, validation at the end of the epoch. ``overfit_batches`` (a
+        number or fraction of batches) replaces both ``limit_train_batches`` and ``limit_val_batches``, as in
+        Lightning (the training loader's shuffling is turned off when the loaders are set up). ``barebones=True``
+        refuses the flags that would slow the loop down (see :func:`barebones_conflicts`).
         """
+        if barebones:
+            conflicts = [f"{name}={value!r}" for name, value in (
+                ("num_sanity_val_steps", num_sanity_val_steps), ("fast_dev_run", fast_dev_run),
+                ("detect_anomaly", detect_anomaly)) if value not in (0, False, None)]
+            if conflicts:
+                raise ConfigurationError(
+                    f"Trainer(barebones=True, {', '.join(conflicts)}): barebones mode turns off everything that can "
+                    f"slow the loop (sanity checking, development runs, anomaly detection, logging, checkpointing, "
+                    f"the progress bar, the model summary); drop {' and '.join(conflicts)} or barebones=True."
+                )
+        if num_sanity_val_steps is None:
+            num_sanity_val_steps = 0 if barebones else 2
+        overfit = check_limit(overfit_batches, "overfit_batches")
+        if overfit and not fast_dev_run:
+            limit_train_batches = limit_val_batches = overfit
         fast = _fast_dev_run(fast_dev_run)
         if fast:
             limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = fast
@@ -171,4 +204,24 @@ class TrainerConfig:
             deterministic=bool(deterministic),
             inference_mode=bool(inference_mode),
             fast_dev_run=fast,
+            overfit_batches=overfit,
+            benchmark=None if benchmark is None else bool(benchmark),
+            use_distributed_sampler=bool(use_distributed_sampler),
+            detect_anomaly=bool(detect_anomaly),
+            sync_batchnorm=bool(sync_batchnorm),
+            reload_dataloaders_every_n_epochs=positive_int(
+                reload_dataloaders_every_n_epochs, "reload_dataloaders_every_n_epochs", minimum=0
+            ),
+            barebones=bool(barebones),
+        )
+
+
+def check_sync_batchnorm(world_size: int, device_type: str) -> None:
+    """torch's ``SyncBatchNorm`` raises for other devices' tensors once a process group exists: refused first."""
+    if world_size > 1 and device_type not in SYNC_BATCHNORM_DEVICES:
+        raise ConfigurationError(
+            f"Trainer(sync_batchnorm=True) on {world_size} processes of device type {device_type!r}: torch's "
+            f"SyncBatchNorm synchronises statistics only for CUDA, XPU and HPU tensors (it raises for "
+            f"{device_type!r}). Use accelerator='cuda', or sync_batchnorm=False (each process then normalises "
+            f"with its own batch's statistics)."
         )

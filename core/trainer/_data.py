@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import attrs
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Sampler
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, Sampler
 
-from core._errors import ConfigurationError
+from core._errors import ConfigurationError, CoreWarning
 
 if TYPE_CHECKING:
     from core.lite import Lite
@@ -65,7 +66,7 @@ class PreparedLoader:
     real_batches: float
 
 
-def _copied_arguments(loader: DataLoader[Any]) -> dict[str, Any]:
+def copied_arguments(loader: DataLoader[Any]) -> dict[str, Any]:
     parameters = inspect.signature(DataLoader.__init__).parameters
     return {name: getattr(loader, name) for name in parameters if name not in _SAMPLING and hasattr(loader, name)}
 
@@ -123,15 +124,38 @@ def find_loaders(kind: str, given: Any, datamodule: DataModule | None, module: M
     return as_loader_list(getattr(module, method)(), f"{type(module).__qualname__}.{method}()")
 
 
-def prepare_train_loader(lite: Lite, loader: DataLoader[Any], limit: int | float) -> PreparedLoader:
-    prepared = lite.setup_dataloaders(loader, move_to_device=False).loader  # type: ignore[union-attr]
+def _sequential(loader: DataLoader[Any]) -> DataLoader[Any]:
+    """``overfit_batches``: the same first batches every epoch, so a shuffling loader is rebuilt without shuffling."""
+    if not isinstance(loader.sampler, RandomSampler) or type(loader) is not DataLoader or loader.batch_size is None:
+        return loader
+    warnings.warn(
+        "Trainer(overfit_batches=...) trains on the same first batches every epoch: the training DataLoader's "
+        "shuffling is turned off (as Lightning does).", CoreWarning, stacklevel=2,
+    )
+    return DataLoader(loader.dataset, batch_size=loader.batch_size, shuffle=False, drop_last=loader.drop_last,
+                      **copied_arguments(loader))
+
+
+def prepare_train_loader(
+    lite: Lite, loader: DataLoader[Any], limit: int | float, overfit: bool = False, use_distributed_sampler: bool = True
+) -> PreparedLoader:
+    """Set up the training loader; ``overfit`` (``overfit_batches`` > 0) turns its shuffling off."""
+    if overfit:
+        loader = _sequential(loader)
+    prepared = lite.setup_dataloaders(  # type: ignore[union-attr]
+        loader, use_distributed_sampler=use_distributed_sampler, move_to_device=False
+    ).loader
     batches = limited(limit, _length(prepared), "limit_train_batches")
     return PreparedLoader(prepared, batches, batches)
 
 
-def prepare_eval_loader(lite: Lite, loader: DataLoader[Any], limit: int | float, flag: str) -> PreparedLoader:
+def prepare_eval_loader(
+    lite: Lite, loader: DataLoader[Any], limit: int | float, flag: str, use_distributed_sampler: bool = True
+) -> PreparedLoader:
     """Set up an evaluation loader; where the strategy splits data, split it without padding."""
-    prepared = lite.setup_dataloaders(loader, move_to_device=False).loader  # type: ignore[union-attr]
+    prepared = lite.setup_dataloaders(  # type: ignore[union-attr]
+        loader, use_distributed_sampler=use_distributed_sampler, move_to_device=False
+    ).loader
     sampler = prepared.sampler
     real = math.inf
     shardable = (
@@ -146,7 +170,7 @@ def prepare_eval_loader(lite: Lite, loader: DataLoader[Any], limit: int | float,
         distributed = cast("DistributedSampler[Any]", sampler)
         length = len(loader.dataset)  # type: ignore[arg-type]  # a map-style dataset has a length
         shard = ShardSampler(length, distributed.num_replicas, distributed.rank, cast(int, loader.batch_size))
-        rebuilt = DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=shard, **_copied_arguments(loader))
+        rebuilt = DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=shard, **copied_arguments(loader))
         prepared = lite.setup_dataloaders(rebuilt, use_distributed_sampler=False, move_to_device=False).loader  # type: ignore[union-attr]
         real = shard.real_batches
     batches = limited(limit, _length(prepared), flag)
@@ -161,3 +185,38 @@ def epoch_setters(loader: DataLoader[Any]) -> Sequence[Any]:
         if callable(set_epoch) and set_epoch not in setters:
             setters.append(set_epoch)
     return setters
+
+
+_TRANSFER_HOOKS: Final = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+def overrides(obj: object, name: str) -> bool:
+    """Whether ``obj``'s class replaces the :class:`core.Module` / :class:`core.DataModule` method ``name``."""
+    from core.module import DataModule, Module
+
+    base = Module if isinstance(obj, Module) else DataModule
+    return getattr(type(obj), name, None) is not getattr(base, name, None)
+
+
+def batch_transfer(lite: Any, module: Module, datamodule: DataModule | None) -> Any:
+    """``transfer(batch, dataloader_idx)``: the batch through the transfer hooks to the device.
+
+    Each of the three hooks is the DataModule's when its class overrides it, else the Module's (Lightning's
+    rule). With none overridden it is ``lite.to_device`` alone, so the common case costs nothing extra.
+    """
+    chosen = [getattr(datamodule, name) if datamodule is not None and overrides(datamodule, name)
+              else getattr(module, name) for name in _TRANSFER_HOOKS]
+    custom = [overrides(module, name) or (datamodule is not None and overrides(datamodule, name))
+              for name in _TRANSFER_HOOKS]
+    to_device = lite.to_device
+    if not any(custom):
+        return lambda batch, dataloader_idx: to_device(batch)
+    before, transfer, after = chosen
+    device = lite.device
+
+    def through_hooks(batch: Any, dataloader_idx: int) -> Any:
+        batch = before(batch, dataloader_idx)
+        batch = transfer(batch, device, dataloader_idx)
+        return after(batch, dataloader_idx)
+
+    return through_hooks

@@ -13,9 +13,10 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import torch
 
-from core.trainer._data import PreparedLoader
+from core.trainer._data import PreparedLoader, batch_transfer, copied_arguments, overrides
 from core.trainer._logging import EPOCH, EVAL_BATCH, MetricStore
 
 if TYPE_CHECKING:
@@ -46,6 +47,32 @@ def eval_mode(module: torch.nn.Module) -> Iterator[None]:
             submodule.training = training
 
 
+@contextlib.contextmanager
+def model_mode(module: Any, step_module: torch.nn.Module, kind: str) -> Iterator[None]:
+    """Eval mode for a loop of ``kind``: the Module's ``on_<kind>_model_eval`` / ``_train`` when it overrides
+    them (Lightning calls them only then), else :func:`eval_mode`."""
+    eval_hook, train_hook = f"on_{kind}_model_eval", f"on_{kind}_model_train"
+    custom_eval = overrides(module, eval_hook)
+    custom_train = kind != "predict" and overrides(module, train_hook)
+    if not custom_eval and not custom_train:
+        with eval_mode(step_module):
+            yield
+        return
+    modes = [(submodule, submodule.training) for submodule in step_module.modules()]
+    if custom_eval:
+        getattr(module, eval_hook)()
+    else:
+        step_module.eval()
+    try:
+        yield
+    finally:
+        if custom_train:
+            getattr(module, train_hook)()
+        else:
+            for submodule, training in modes:
+                submodule.training = training
+
+
 def _no_grad(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
     return torch.inference_mode() if trainer.inference_mode else torch.no_grad()
 
@@ -61,8 +88,9 @@ def _run_batches(
     outputs: list[list[Any]] | None,
 ) -> None:
     """Every batch of every loader through ``<kind>_step`` and its hooks; fillers' outputs are dropped."""
-    module, hooks, to_device = trainer.module, trainer.run_state.hooks, trainer.lite.to_device
+    module, hooks = trainer.module, trainer.run_state.hooks
     assert module is not None
+    transfer = batch_transfer(trainer.lite, module, trainer.datamodule)
     step_module = trainer.run_state.step_module
     start_hooks, end_hooks = hooks[f"on_{kind}_batch_start"], hooks[f"on_{kind}_batch_end"]
     module_start, module_end = getattr(module, f"on_{kind}_batch_start"), getattr(module, f"on_{kind}_batch_end")
@@ -72,10 +100,16 @@ def _run_batches(
         extra = (loader_index,) if several else ()
         limit = prepared.batches if max_batches is None else min(prepared.batches, max_batches)
         kept: list[Any] = []
+        recorder = trainer.run_state.predict_recorders[loader_index] if kind == "predict" else None
         for batch_index, raw_batch in batches(prepared, limit):
             store.new_batch(raw_batch)
             store.filler = batch_index >= prepared.real_batches
-            batch = to_device(raw_batch)
+            if recorder is not None:
+                indices = recorder.seen[batch_index]
+                trainer.run_state.predict_batch_indices = indices
+                if not store.filler:
+                    trainer.run_state.predict_epoch_batch_indices[loader_index].append(indices)
+            batch = transfer(raw_batch, loader_index)
             for hook in start_hooks:
                 hook(trainer, module, batch, batch_index, loader_index)
             module_start(batch, batch_index, loader_index)
@@ -107,7 +141,7 @@ def run_loop(
     trainer.run_state.metrics = store
     dispatcher.use(getattr(module, _STEP_METHODS[kind]))
     try:
-        with eval_mode(step_module), _no_grad(trainer):
+        with model_mode(module, step_module, kind), _no_grad(trainer):
             store.enter(EPOCH)
             hooks.call(f"on_{kind}_start", trainer, module)
             getattr(module, f"on_{kind}_start")()
@@ -168,8 +202,50 @@ def run_evaluation(trainer: Trainer, stage: str, loaders: Sequence[PreparedLoade
     return _per_loader(values, len(loaders))
 
 
+class IndexRecorder:
+    """A batch sampler that remembers the dataset indices of every batch it hands out, in order.
+
+    Batches are drawn ahead of the one being predicted when workers prefetch, so a batch's indices are looked up
+    by its position (``seen[batch_idx]``), never taken as "the latest".
+    """
+
+    def __init__(self, batch_sampler: Any) -> None:
+        self.batch_sampler = batch_sampler
+        self.seen: list[list[int]] = []
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.seen = []
+        for indices in self.batch_sampler:
+            self.seen.append(list(indices))
+            yield indices
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+
+def _recording(prepared: PreparedLoader) -> tuple[PreparedLoader, IndexRecorder | None]:
+    loader = prepared.loader
+    if loader.batch_sampler is None or isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        return prepared, None  # no sampler to ask: batch indices are unknown, as in Lightning
+    recorder = IndexRecorder(loader.batch_sampler)
+    rebuilt = torch.utils.data.DataLoader(loader.dataset, batch_sampler=recorder, **copied_arguments(loader))
+    return attrs.evolve(prepared, loader=rebuilt), recorder
+
+
 def run_predict(trainer: Trainer, loaders: Sequence[PreparedLoader]) -> Any:
-    """``Trainer.predict``: this process's predictions, a list per loader (one list for one loader)."""
+    """``Trainer.predict``: this process's predictions, a list per loader (one list for one loader).
+
+    The dataset indices of each batch are recorded for prediction writers: ``run_state.predict_batch_indices``
+    (the current batch) and ``run_state.predict_epoch_batch_indices`` (per loader, per real batch).
+    """
+    recorded = [_recording(prepared) for prepared in loaders]
+    state = trainer.run_state
+    state.predict_recorders = [recorder for _, recorder in recorded]
+    state.predict_epoch_batch_indices = [[] for _ in recorded]
     outputs: list[list[Any]] = []
-    run_loop(trainer, "predict", loaders, record=False, outputs=outputs)
+    state.predictions = outputs
+    try:
+        run_loop(trainer, "predict", [prepared for prepared, _ in recorded], record=False, outputs=outputs)
+    finally:
+        state.predict_recorders = []
     return outputs[0] if len(outputs) == 1 else outputs

@@ -25,20 +25,23 @@ what is logged at a logging step.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
 
 from core._errors import ConfigurationError
 from core.trainer._checkpoint import restore_rng, snapshot_rng
-from core.trainer._data import PreparedLoader, epoch_setters
+from core.trainer._data import PreparedLoader, batch_transfer, epoch_setters, overrides
 from core.trainer._eval import validate_in_fit
 from core.trainer._logging import EPOCH, TRAIN_BATCH
 from core.trainer._optim import step_schedulers
 
 if TYPE_CHECKING:
     from core.trainer import Trainer
+
+Reload: TypeAlias = Callable[[], dict[str, Any]]
+"""Sets the fit's loaders up again (``reload_dataloaders_every_n_epochs``): ``{"train": ..., "val": [...]}``."""
 
 
 def loss_of(output: Any) -> torch.Tensor | None:
@@ -60,17 +63,22 @@ def loss_of(output: Any) -> torch.Tensor | None:
 class FitLoop:
     """The fit loop of one run: per-run constants are read once here, so that a batch costs little."""
 
-    def __init__(self, trainer: Trainer, train: PreparedLoader, val: Sequence[PreparedLoader]) -> None:
+    def __init__(
+        self, trainer: Trainer, train: PreparedLoader, val: Sequence[PreparedLoader], reload: Reload | None = None
+    ) -> None:
         module = trainer.module
         assert module is not None
         self.trainer = trainer
         self.module = module
         self.train = train
         self.val = list(val)
+        self.reload = reload
+        self.reload_every = trainer.config.reload_dataloaders_every_n_epochs
         self.lite = trainer.lite
         self.step_module = trainer.run_state.step_module
-        self.to_device = trainer.lite.to_device
-        self.backward = trainer.lite.backward
+        self.transfer = batch_transfer(trainer.lite, module, trainer.datamodule)
+        self.backward = module.backward
+        self.custom_step = overrides(module, "optimizer_step")
         self.store = trainer.run_state.train_metrics
         self.optimizers = trainer.optimizers
         self.schedulers = trainer.lr_scheduler_configs
@@ -117,10 +125,26 @@ class FitLoop:
                 self._advance()
                 self._restore_rng_at_save()
             while not self._done():
+                if self._should_reload():
+                    self._reload()
                 self._epoch()
         finally:
             for handle in handles:
                 handle.remove()
+
+    def _should_reload(self) -> bool:
+        """``reload_dataloaders_every_n_epochs=n``: before every n-th epoch (never in the middle of one)."""
+        progress = self.trainer.run_state.progress
+        return (self.reload is not None and self.reload_every > 0 and progress.batches_done == 0
+                and progress.epoch > 0 and progress.epoch % self.reload_every == 0)
+
+    def _reload(self) -> None:
+        assert self.reload is not None
+        data = self.reload()
+        self.train, self.val = data["train"], list(data["val"])
+        self.has_val = bool(self.val) and any(loader.batches > 0 for loader in self.val)
+        self.val_every = self._val_every()
+        self.epoch_setters = epoch_setters(self.train.loader)
 
     def _done(self) -> bool:
         trainer, progress = self.trainer, self.trainer.run_state.progress
@@ -158,6 +182,7 @@ class FitLoop:
             self.store.enter(EPOCH)
             trainer.run_state.hooks.call("on_train_epoch_start", trainer, module)
             module.on_train_epoch_start()
+            self.accumulate = trainer.accumulate_grad_batches  # a callback may have changed it for this epoch
         self.store.enter(TRAIN_BATCH)
         for set_epoch in self.epoch_setters:
             set_epoch(progress.epoch)
@@ -203,7 +228,8 @@ class FitLoop:
         module.on_train_epoch_end()
         hooks.call_epoch_end(trainer, module, after_metrics=False)
         trainer.record_epoch_values(store.compute_epoch(), store, log=True)
-        step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics)
+        step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics,
+                        module.lr_scheduler_step)
         progress.epoch_finished = True
         hooks.call_epoch_end(trainer, module, after_metrics=True)
         self._advance()
@@ -217,7 +243,7 @@ class FitLoop:
         """Train on one batch; ``True`` when the epoch must end here."""
         trainer, progress, module = self.trainer, self.trainer.run_state.progress, self.module
         self.store.new_batch(raw_batch)
-        batch = self.to_device(raw_batch)
+        batch = self.transfer(raw_batch, 0)
         for hook in self.cb_batch_start:
             hook(trainer, module, batch, batch_idx)
         if module.on_train_batch_start(batch, batch_idx) == -1:
@@ -263,19 +289,23 @@ class FitLoop:
         progress = self.trainer.run_state.progress
         accumulate = self.accumulate
         if accumulate == 1:
-            self._zero_grad()
+            self._zero_grad(batch_idx)
+            if self.custom_step:
+                return self._custom_step(batch, batch_idx)
             output = self._forward_backward(batch, batch_idx)
             if self.backward_in_window:
-                self._optimizer_step()
+                self._optimizer_step(batch_idx)
             return output
         done = progress.batches_done
         if done % accumulate == 0:
-            self._zero_grad()
+            self._zero_grad(batch_idx)
         last_of_window = (done + 1) % accumulate == 0 or done + 1 >= self.train.batches
         if last_of_window:
+            if self.custom_step:
+                return self._custom_step(batch, batch_idx)
             output = self._forward_backward(batch, batch_idx)
             if self.backward_in_window:
-                self._optimizer_step()
+                self._optimizer_step(batch_idx)
         else:
             with self.lite.no_backward_sync(self.step_module):
                 output = self._forward_backward(batch, batch_idx)
@@ -299,27 +329,59 @@ class FitLoop:
         self.backward_in_window = True
         return output
 
-    def _zero_grad(self) -> None:
+    def _zero_grad(self, batch_idx: int) -> None:
         trainer, module = self.trainer, self.module
+        epoch = trainer.run_state.progress.epoch
         for optimizer in self.optimizers:
             module.on_before_zero_grad(optimizer)
             for hook in self.cb_before_zero_grad:
                 hook(trainer, module, optimizer)
-            optimizer.zero_grad()
+            module.optimizer_zero_grad(epoch, batch_idx, optimizer)
 
-    def _optimizer_step(self) -> None:
-        trainer, module, progress = self.trainer, self.module, self.trainer.run_state.progress
+    def _before_step(self, optimizer: Any) -> None:
+        """The hooks between the last backward of a step and the step: on_before_optimizer_step, clipping."""
+        trainer, module = self.trainer, self.module
+        module.on_before_optimizer_step(optimizer)
+        for hook in self.cb_before_step:
+            hook(trainer, module, optimizer)
+        module.configure_gradient_clipping(optimizer, gradient_clip_val=self.clip_value,
+                                           gradient_clip_algorithm=trainer.gradient_clip_algorithm)
+
+    def _optimizer_step(self, batch_idx: int) -> None:
         for optimizer in self.optimizers:
-            module.on_before_optimizer_step(optimizer)
-            for hook in self.cb_before_step:
-                hook(trainer, module, optimizer)
-            if self.clip_value:
-                trainer.clip_gradients(optimizer, self.clip_value, trainer.gradient_clip_algorithm)
+            self._before_step(optimizer)
             optimizer.step()
+        self._after_step()
+
+    def _custom_step(self, batch: Any, batch_idx: int) -> Any:
+        """An overridden ``optimizer_step``: the forward and backward run in the closure it hands to the optimizer.
+
+        A second call of the closure (LBFGS evaluates several times) zeroes the gradients first, unless gradients
+        are being accumulated; the step counts once the Module's ``optimizer_step`` returns.
+        """
+        module, epoch = self.module, self.trainer.run_state.progress.epoch
+        outputs: list[Any] = []
+        for optimizer in self.optimizers:
+
+            def closure(optimizer: Any = optimizer) -> Any:
+                if outputs and self.accumulate == 1:
+                    module.optimizer_zero_grad(epoch, batch_idx, optimizer)
+                output = self._forward_backward(batch, batch_idx)
+                outputs.append(output)
+                self._before_step(optimizer)
+                return loss_of(output)
+
+            module.optimizer_step(epoch, batch_idx, optimizer, optimizer_closure=closure)
+        self._after_step()
+        return outputs[-1] if outputs else None
+
+    def _after_step(self) -> None:
+        trainer, module, progress = self.trainer, self.module, self.trainer.run_state.progress
         self.backward_in_window = False
         progress.global_step += 1
         if self.step_schedulers:
-            step_schedulers(self.step_schedulers, "step", progress.global_step, lambda: trainer.callback_metrics)
+            step_schedulers(self.step_schedulers, "step", progress.global_step, lambda: trainer.callback_metrics,
+                            module.lr_scheduler_step)
 
     def _count_manual_steps(self) -> list[Any]:
         """With manual optimization, every optimizer step the Module takes counts as a global step."""
@@ -331,13 +393,15 @@ class FitLoop:
         return [optimizer.optimizer.register_step_post_hook(count) for optimizer in self.optimizers]
 
 
-def run_fit(trainer: Trainer, train: PreparedLoader, val: Sequence[PreparedLoader]) -> None:
-    """``Trainer.fit`` in this process, after setup and any restore."""
+def run_fit(
+    trainer: Trainer, train: PreparedLoader, val: Sequence[PreparedLoader], reload: Reload | None = None
+) -> None:
+    """``Trainer.fit`` in this process, after setup and any restore; ``reload`` sets the loaders up again."""
     module, hooks = trainer.module, trainer.run_state.hooks
     assert module is not None
     hooks.call("on_fit_start", trainer, module)
     module.on_fit_start()
-    loop = FitLoop(trainer, train, val)
+    loop = FitLoop(trainer, train, val, reload)
     if loop.has_val and trainer.num_sanity_val_steps != 0:
         validate_in_fit(trainer, val, sanity=True)
     hooks.call("on_train_start", trainer, module)

@@ -119,18 +119,30 @@ def parse_optimizers(returned: Any) -> tuple[list[torch.optim.Optimizer], list[S
     return optimizers, schedulers
 
 
+def _step(scheduler: Any, metric: Any) -> None:
+    if metric is None:
+        scheduler.step()
+    else:
+        scheduler.step(metric)
+
+
 def step_schedulers(
-    configs: Sequence[SchedulerConfig], interval: str, count: int, read_metrics: Callable[[], Mapping[str, Any]]
+    configs: Sequence[SchedulerConfig],
+    interval: str,
+    count: int,
+    read_metrics: Callable[[], Mapping[str, Any]],
+    step: Callable[[Any, Any], None] = _step,
 ) -> None:
     """Step the schedulers of ``interval`` whose frequency divides ``count`` (steps or epochs done so far).
 
-    ``read_metrics`` gives the logged values, read only for a ``ReduceLROnPlateau``.
+    ``read_metrics`` gives the logged values, read only for a ``ReduceLROnPlateau``; ``step(scheduler, metric)``
+    steps one (the Module's ``lr_scheduler_step``).
     """
     for config in configs:
         if config.interval != interval or count % config.frequency:
             continue
         if not config.reduce_on_plateau:
-            config.scheduler.step()
+            step(config.scheduler, None)
             continue
         metrics = read_metrics()
         value = metrics.get(config.monitor) if config.monitor is not None else None
@@ -141,4 +153,4 @@ def step_schedulers(
                     f"{sorted(metrics)}. Log it with self.log({config.monitor!r}, ...), or set 'strict': False."
                 )
             continue
-        config.scheduler.step(float(value))
+        step(config.scheduler, float(value))

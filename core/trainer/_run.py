@@ -18,8 +18,10 @@ import attrs
 import torch
 
 from core._errors import ConfigurationError, CoreWarning
+from core.callbacks import EarlyStopping, ModelCheckpoint
 from core.callbacks._callback import Callback, CallbackHooks
 from core.trainer._checkpoint import FitProgress, find_last, restore_checkpoint_state
+from core.trainer._config import check_sync_batchnorm
 from core.trainer._data import find_loaders, prepare_eval_loader, prepare_train_loader
 from core.trainer._logging import MetricStore
 from core.trainer._optim import parse_optimizers
@@ -183,8 +185,9 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
     trainer.state = stage
     trainer.should_stop = False
     trainer.sanity_checking = False
-    trainer.run_state.hooks = CallbackHooks(trainer.callbacks)
     module.trainer = trainer
+    trainer.callbacks = _with_model_callbacks(trainer.callbacks, module)
+    trainer.run_state.hooks = CallbackHooks(trainer.callbacks)
     if datamodule is not None:
         datamodule.trainer = trainer
     if stage == "fit":
@@ -195,6 +198,30 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
         trainer.run_state.callback_metrics, trainer.run_state.logged_metrics = {}, {}
         trainer.run_state.resume_rng = None
         trainer.run_state.epoch_start_rng = None
+        trainer.run_state.accumulate_grad_batches = None
+
+
+def _with_model_callbacks(callbacks: list[Callback], module: Module) -> list[Callback]:
+    """The Trainer's callbacks with the Module's ``configure_callbacks()`` added (Lightning's rule): a Trainer
+    callback whose class the Module's callback is an instance of is replaced; checkpoints stay last."""
+    given = module.configure_callbacks()
+    if not given:
+        return callbacks
+    added = [given] if isinstance(given, Callback) else list(given)
+    for callback in added:
+        if not isinstance(callback, Callback):
+            raise ConfigurationError(
+                f"{type(module).__qualname__}.configure_callbacks() returned {callback!r}; expected "
+                f"core.callbacks.Callback objects."
+            )
+    replaced = {type(mine) for mine in callbacks if type(mine) is not Callback
+                and any(isinstance(theirs, type(mine)) for theirs in added)}
+    kept = [callback for callback in callbacks if type(callback) not in replaced and callback not in added]
+
+    def order(callback: Callback) -> int:
+        return 2 if isinstance(callback, ModelCheckpoint) else 1 if isinstance(callback, EarlyStopping) else 0
+
+    return sorted([*kept, *added], key=order)
 
 
 def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
@@ -230,7 +257,9 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
                 f"fit() needs exactly one training DataLoader (from train_dataloaders=, the DataModule's or the "
                 f"Module's train_dataloader()); got {len(found)}."
             )
-        prepared["train"] = prepare_train_loader(lite, found[0], trainer.limit_train_batches)
+        prepared["train"] = prepare_train_loader(lite, found[0], trainer.limit_train_batches,
+                                                 overfit=bool(trainer.config.overfit_batches),
+                                                 use_distributed_sampler=trainer.config.use_distributed_sampler)
         trainer.num_training_batches = prepared["train"].batches
     kinds = {"fit": "val", "validate": "val", "test": "test", "predict": "predict"}
     kind = kinds[stage]
@@ -240,7 +269,8 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
         raise ConfigurationError(
             f"{stage}() found no {kind} data: pass dataloaders=, or give the DataModule / Module a {kind}_dataloader()."
         )
-    prepared[kind] = [prepare_eval_loader(lite, loader, limit, f"limit_{kind}_batches") for loader in found]
+    prepared[kind] = [prepare_eval_loader(lite, loader, limit, f"limit_{kind}_batches",
+                                          trainer.config.use_distributed_sampler) for loader in found]
     setattr(trainer, f"num_{kind}_batches", [loader.batches for loader in prepared[kind]])
     return prepared
 
@@ -265,6 +295,7 @@ def run_stage(
         if trainer.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
+        _apply_benchmark(trainer.config.benchmark, trainer.deterministic)
         _prepare_data(lite, datamodule, module)
         if datamodule is not None:
             datamodule.setup(stage)
@@ -272,6 +303,8 @@ def run_stage(
         module.setup(stage)
         with lite.init_module(empty_init=False):
             module.configure_model()  # layers created here are created for the strategy (Lightning's hook)
+        if trainer.config.sync_batchnorm:
+            _convert_sync_batchnorm(lite, module)
         data = _set_up_data(trainer, lite, stage, loaders)  # first: configure_optimizers may read its length
         if stage == "fit":
             _check_optimization_flags(trainer, module)
@@ -283,7 +316,10 @@ def run_stage(
             restore_checkpoint_state(trainer, path, weights_only=stage != "fit")
         if stage == "fit":
             _log_hyperparameters(trainer, module, datamodule)
-            run_fit(trainer, data["train"], data["val"])
+            reload = (lambda: _set_up_data(trainer, lite, "fit", loaders)) if (
+                trainer.config.reload_dataloaders_every_n_epochs) else None
+            with torch.autograd.set_detect_anomaly(trainer.config.detect_anomaly):
+                run_fit(trainer, data["train"], data["val"], reload)
             result = None
         elif stage == "predict":
             result = run_predict(trainer, data["predict"])
@@ -310,3 +346,20 @@ def run_stage(
             return _outcome(trainer, module, result)
         return None
     return result
+
+
+def _apply_benchmark(benchmark: bool | None, deterministic: bool) -> None:
+    """Lightning's ``benchmark``: set ``cudnn.benchmark``; unset, leave it, but off under ``deterministic``."""
+    if benchmark is not None:
+        torch.backends.cudnn.benchmark = benchmark
+    elif deterministic:
+        torch.backends.cudnn.benchmark = False
+
+
+def _convert_sync_batchnorm(lite: Lite, module: Module) -> None:
+    """``sync_batchnorm=True``: every BatchNorm layer of the Module becomes a ``SyncBatchNorm`` (in place)."""
+    check_sync_batchnorm(lite.world_size, lite.device.type)
+    for name, child in list(module.named_children()):
+        converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(child)
+        if converted is not child:
+            setattr(module, name, converted)

@@ -40,6 +40,12 @@ class RunState:
     :param epoch_start_rng: The random generators as they were when this epoch's data was drawn.
     :param resume_rng: The generators a resumed fit restores (at the save, at its epoch's start).
     :param step_module: The set-up module whose forward runs the step methods (``None`` outside a run).
+    :param predictions: The predict loop's outputs so far, per loader.
+    :param predict_batch_indices: The dataset indices of the batch being predicted (``None``: unknown).
+    :param predict_epoch_batch_indices: Per predict loader, the dataset indices of each batch predicted so far.
+    :param predict_recorders: The predict loop's index-recording batch samplers (internal to the loop).
+    :param accumulate_grad_batches: Set during a run (``GradientAccumulationScheduler``) to change the flag's
+        value from the next epoch on; ``None``: the flag.
     """
 
     lite: Lite
@@ -53,3 +59,8 @@ class RunState:
     epoch_start_rng: dict[str, Any] | None = None
     resume_rng: tuple[Any, Any] | None = None
     step_module: Any = None
+    accumulate_grad_batches: int | None = None
+    predictions: list[list[Any]] = attrs.field(factory=list)
+    predict_batch_indices: list[int] | None = None
+    predict_epoch_batch_indices: list[list[list[int]]] = attrs.field(factory=list)
+    predict_recorders: list[Any] = attrs.field(factory=list)

@@ -23,13 +23,14 @@ import torch
 from core._errors import ConfigurationError, CoreError
 from core.callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
 from core.callbacks._callback import CallbackHooks
+from core.callbacks.model_summary import ModelSummary
 from core.callbacks.progress import default_progress_bar
 from core.callbacks.timer import Timer
 from core.lite import Lite
 from core.loggers import CSVLogger, Logger
 from core.module import DataModule, Module
 from core.trainer._checkpoint import check_ckpt_path, checkpoint_state
-from core.trainer._config import CLIP_ALGORITHMS, TrainerConfig
+from core.trainer._config import CLIP_ALGORITHMS, TrainerConfig, check_sync_batchnorm
 from core.trainer._logging import MetricStore
 from core.trainer._optim import SchedulerConfig
 from core.trainer._state import RunState
@@ -40,6 +41,17 @@ __all__ = ["Trainer"]
 
 def _callback_list(callbacks: object) -> list[Any]:
     return [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])  # type: ignore[call-overload]
+
+
+def _check_barebones(**flags: object) -> None:
+    # Lightning's rule: in barebones mode the features that cost speed are off, and asking for one is an error.
+    asked = [f"{name}={value!r}" for name, value in flags.items() if value not in (None, False)]
+    if asked:
+        raise ConfigurationError(
+            f"Trainer(barebones=True, {', '.join(asked)}): barebones mode turns off logging, checkpointing, the "
+            f"progress bar and the model summary to measure the loop alone; drop {' and '.join(asked)} or "
+            f"barebones=True."
+        )
 
 
 def _as_loggers(logger: object, root: str) -> list[Logger]:
@@ -96,6 +108,23 @@ class Trainer:
         bugs, once: ``max_steps=n``, one epoch, no sanity check, no loggers, no checkpoints, nothing written.
     :param max_time: Stop training once this much time is used (``"DD:HH:MM:SS"``, a ``timedelta`` or a dict
         like ``{"hours": 12}``), at a step boundary; a :class:`~core.callbacks.Timer` does it.
+    :param enable_model_summary: Add a :class:`~core.callbacks.ModelSummary` (printed when fit starts) unless one
+        is given; ``None`` means ``True`` (``False`` under ``barebones``).
+    :param overfit_batches: Train and validate on only this many batches (int) or this fraction (float) of each
+        loader, the same ones every epoch (the training loader's shuffling is turned off); replaces
+        ``limit_train_batches`` and ``limit_val_batches``. ``0``: off.
+    :param benchmark: Set ``torch.backends.cudnn.benchmark`` to this for the run; ``None`` leaves it as it is
+        (``False`` when ``deterministic``).
+    :param use_distributed_sampler: Give the loaders a ``DistributedSampler`` when the strategy splits data
+        (``False``: each process reads its loader as given; split the data yourself).
+    :param detect_anomaly: Run fit under ``torch.autograd.set_detect_anomaly(True)`` (slow: finds the operation
+        whose backward produced a NaN).
+    :param sync_batchnorm: Turn the Module's BatchNorm layers into ``SyncBatchNorm`` before set-up (statistics
+        over every process's batch; torch supports it on CUDA, XPU and HPU only, and the CPU is refused).
+    :param reload_dataloaders_every_n_epochs: Set the fit's loaders up again (calling ``train_dataloader()`` /
+        ``val_dataloader()`` again) before every n-th epoch; ``0``: once per fit.
+    :param barebones: Turn off everything that costs speed (logging and ``self.log``, checkpointing, the progress
+        bar, the model summary, the sanity check) to measure the loop alone; asking for one of them is an error.
     """
 
     def __init__(
@@ -106,11 +135,12 @@ class Trainer:
         num_nodes: int = 1,
         precision: object = None,
         plugins: object = None,
-        logger: object = True,
+        logger: object = None,
         callbacks: Callback | Sequence[Callback] | None = None,
         default_root_dir: str | os.PathLike[str] | None = None,
-        enable_checkpointing: bool = True,
-        enable_progress_bar: bool = True,
+        enable_checkpointing: bool | None = None,
+        enable_progress_bar: bool | None = None,
+        enable_model_summary: bool | None = None,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
         max_steps: int = -1,
@@ -121,7 +151,7 @@ class Trainer:
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
-        num_sanity_val_steps: int = 2,
+        num_sanity_val_steps: int | None = None,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
@@ -130,6 +160,13 @@ class Trainer:
         inference_mode: bool = True,
         fast_dev_run: int | bool = False,
         max_time: object = None,
+        overfit_batches: int | float = 0.0,
+        benchmark: bool | None = None,
+        use_distributed_sampler: bool = True,
+        detect_anomaly: bool = False,
+        sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        barebones: bool = False,
     ) -> None:
         self._lite_settings: dict[str, Any] = {
             "accelerator": accelerator,
@@ -150,14 +187,29 @@ class Trainer:
             num_sanity_val_steps=num_sanity_val_steps, accumulate_grad_batches=accumulate_grad_batches,
             gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm,
             log_every_n_steps=log_every_n_steps, deterministic=deterministic, inference_mode=inference_mode,
-            fast_dev_run=fast_dev_run,
+            fast_dev_run=fast_dev_run, overfit_batches=overfit_batches, benchmark=benchmark,
+            use_distributed_sampler=use_distributed_sampler, detect_anomaly=detect_anomaly,
+            sync_batchnorm=sync_batchnorm, reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
+            barebones=barebones,
         )
+        if sync_batchnorm and lite.active.config.accelerator == "cpu":
+            check_sync_batchnorm(lite.active.config.world_size, "cpu")  # before any process starts
+        if barebones:
+            _check_barebones(logger=logger, enable_checkpointing=enable_checkpointing,
+                             enable_progress_bar=enable_progress_bar, enable_model_summary=enable_model_summary)
+            logger, enable_checkpointing, enable_progress_bar, enable_model_summary = False, False, False, False
+        logger = True if logger is None else logger
+        enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
+        enable_progress_bar = True if enable_progress_bar is None else enable_progress_bar
+        enable_model_summary = True if enable_model_summary is None else enable_model_summary
         if self.config.fast_dev_run:  # Lightning's semantics (the loop flags are set in the config): nothing written
             logger, enable_checkpointing = False, False
             callbacks = [kept for kept in _callback_list(callbacks) if not isinstance(kept, ModelCheckpoint)]
         if max_time is not None and not any(isinstance(c, Timer) for c in _callback_list(callbacks)):
             callbacks = [*_callback_list(callbacks), Timer(duration=max_time, interval="step", verbose=True)]
         self.loggers: list[Logger] = _as_loggers(logger, self.default_root_dir)
+        if enable_model_summary and not any(isinstance(c, ModelSummary) for c in _callback_list(callbacks)):
+            callbacks = [*_callback_list(callbacks), ModelSummary()]
         self.callbacks: list[Callback] = self._arrange_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
 
         # What a run sets; readable by callbacks and the Module while it runs, and after it.
@@ -231,7 +283,16 @@ class Trainer:
 
     @property
     def accumulate_grad_batches(self) -> int:
-        return self.config.accumulate_grad_batches
+        """The flag, or what a ``GradientAccumulationScheduler`` set for the current epoch."""
+        scheduled = self.run_state.accumulate_grad_batches
+        return self.config.accumulate_grad_batches if scheduled is None else scheduled
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        # Lightning's GradientAccumulationScheduler sets it at each epoch start; it applies from the next batch.
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigurationError(f"trainer.accumulate_grad_batches = {value!r}: expected a whole number >= 1.")
+        self.run_state.accumulate_grad_batches = value
 
     @property
     def gradient_clip_val(self) -> float | None:
@@ -256,6 +317,18 @@ class Trainer:
     @property
     def fast_dev_run(self) -> int:
         return self.config.fast_dev_run
+
+    @property
+    def overfit_batches(self) -> int | float:
+        return self.config.overfit_batches
+
+    @property
+    def barebones(self) -> bool:
+        return self.config.barebones
+
+    @property
+    def reload_dataloaders_every_n_epochs(self) -> int:
+        return self.config.reload_dataloaders_every_n_epochs
 
     def _arrange_callbacks(
         self, given: Callback | Sequence[Callback] | None, checkpointing: bool, progress_bar: bool

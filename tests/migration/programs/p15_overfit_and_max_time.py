@@ -1,4 +1,4 @@
-"""overfit_batches reuses the same batches for validation; max_time stops at a step boundary and saves."""
+"""overfit_batches limits training and validation to their first batches; max_time stops at a step and saves."""
 
 import sys
 import time
