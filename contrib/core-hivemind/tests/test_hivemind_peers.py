@@ -1,0 +1,78 @@
+"""Three real hivemind peers on 127.0.0.1: averaging, a late joiner, a peer killed mid-training.
+
+Every test also checks, from the sockets of the peers and of everything they started (p2pd), that nothing
+listened on or connected to an address outside loopback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hivemind_harness import Collaboration, SocketWatch
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(180)]
+
+PEERS = ("a", "b", "c")
+
+
+@pytest.fixture
+def collaboration(tmp_path: Path) -> Iterator[Collaboration]:
+    with SocketWatch() as watch:
+        peers = Collaboration(tmp_path, watch)
+        try:
+            yield peers
+        finally:
+            peers.stop()
+
+
+def test_three_peers_started_together_average_to_the_same_weights(collaboration: Collaboration) -> None:
+    # delay_state_averaging=False (the strategy's default) and a start barrier: every averaging round has all 3.
+    for name in PEERS:
+        collaboration.start(name, barrier=list(PEERS), matchmaking_time=3.0, averager_opts={"target_group_size": 3})
+    results = {name: collaboration.finish(name) for name in PEERS}
+    assert {result["epoch"] for result in results.values()} == {3}
+    assert results["a"]["initial"] == results["b"]["initial"] == results["c"]["initial"]
+    assert results["a"]["parameters"] != results["a"]["initial"]
+    for name in ("b", "c"):
+        assert results[name]["parameters"] == results["a"]["parameters"], f"peer {name}'s weights differ from a's"
+    # 3 epochs of 24 samples at 8 per step: 9 steps in all when the peers share the work, 27 if each went alone.
+    assert sum(result["steps"] for result in results.values()) < 27
+    collaboration.watch.assert_loopback_only()
+    assert collaboration.watch.alive(grace=15) == [], "the peers left processes behind (p2pd not stopped by teardown)"
+
+
+def test_a_peer_that_joins_late_downloads_the_state_of_the_running_ones(collaboration: Collaboration) -> None:
+    for name in ("a", "b"):  # they train 2 epochs, then keep serving their state until released
+        collaboration.start(name, barrier=["a", "b"], epochs=2, hold=True, target_batch_size=16,
+                            averager_opts={"target_group_size": 2})
+    trained = {name: collaboration.read(f"result-{name}.json") for name in ("a", "b")}
+    assert trained["a"]["parameters"] == trained["b"]["parameters"]
+    # The joiner starts from other weights (another seed) and trains nothing itself (epochs=0).
+    collaboration.start("late", init_seed=1, epochs=0, target_batch_size=16)
+    late = collaboration.finish("late")
+    assert late["initial"] != trained["a"]["initial"]
+    assert late["joined"]["epoch"] == trained["a"]["epoch"] == 2
+    assert late["joined"]["parameters"] == trained["a"]["parameters"]
+    (collaboration.out / "release").touch()
+    for name in ("a", "b"):
+        collaboration.finish(name)
+    collaboration.watch.assert_loopback_only()
+    assert collaboration.watch.alive(grace=15) == [], "the peers left processes behind (p2pd not stopped by teardown)"
+
+
+def test_a_peer_killed_mid_training_leaves_the_others_training(collaboration: Collaboration) -> None:
+    for name in PEERS:
+        collaboration.start(name, barrier=list(PEERS), epochs=5, averaging_timeout=5.0)
+    collaboration.wait_for_epoch("c", 2)
+    collaboration.watch.poll()  # the sockets of c and its p2pd, before they go
+    collaboration.kill("c")
+    at_kill = {name: collaboration.read(f"progress-{name}.json") for name in ("a", "b")}
+    survivors = {name: collaboration.finish(name) for name in ("a", "b")}
+    for name, result in survivors.items():
+        assert result["epoch"] == 5 > at_kill[name]["epoch"], f"peer {name} stopped at epoch {result['epoch']}"
+        assert result["steps"] > at_kill[name]["steps"]
+    assert collaboration.peers["c"].process.returncode == -9
+    collaboration.watch.assert_loopback_only()
+    assert collaboration.watch.alive(grace=15) == [], "the peers left processes behind (p2pd not stopped by teardown)"
