@@ -193,7 +193,7 @@ class Collaboration:
         children = psutil.Process(peer.process.pid).children(recursive=True)
         os.kill(peer.process.pid, signal.SIGKILL)
         peer.process.wait(timeout=30)
-        _kill(children)
+        kill_all(children)
 
     def stop(self) -> None:
         """Stop every peer still running, and their children, by PID."""
@@ -205,11 +205,11 @@ class Collaboration:
                     children = []
                 peer.process.kill()
                 peer.process.wait(timeout=30)
-                _kill(children)
-        _kill(self.watch.alive())  # anything a peer started and left behind (none when teardown works)
+                kill_all(children)
+        kill_all(self.watch.alive())  # anything a peer started and left behind (none when teardown works)
 
 
-def _kill(processes: list[psutil.Process]) -> None:
+def kill_all(processes: list[psutil.Process]) -> None:
     for process in processes:
         try:
             process.kill()

@@ -6,11 +6,14 @@ listened on or connected to an address outside loopback.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hivemind_harness import Collaboration, SocketWatch
+from hivemind_harness import SCRIPTS, Collaboration, SocketWatch, kill_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(180)]
 
@@ -76,3 +79,24 @@ def test_a_peer_killed_mid_training_leaves_the_others_training(collaboration: Co
     assert collaboration.peers["c"].process.returncode == -9
     collaboration.watch.assert_loopback_only()
     assert collaboration.watch.alive(grace=15) == [], "the peers left processes behind (p2pd not stopped by teardown)"
+
+
+def test_an_optimizer_hivemind_recreates_keeps_training_and_steps_the_scheduler_per_epoch(tmp_path: Path) -> None:
+    # offload_optimizer=True: hivemind builds the optimizer from its class and param groups, and the scheduler
+    # from scheduler_fn; StepLR(gamma=0.5) must halve the rate once per hivemind epoch (2 steps of 8 of 16).
+    out = tmp_path / "lone.json"
+    with SocketWatch() as watch:
+        process = subprocess.Popen([sys.executable, str(SCRIPTS / "lone.py"), str(out)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        watch.watch(process.pid)
+        try:
+            output = process.communicate(timeout=120)[0].decode(errors="replace")
+            left = watch.alive(grace=15)
+        finally:
+            kill_all(watch.alive())  # only on failure: a hang, or processes the peer left behind
+    assert process.returncode == 0, output[-4000:]
+    assert left == [], "the peer left processes behind (p2pd not stopped by teardown)"
+    result = json.loads(out.read_text())
+    assert result["moved"] and result["steps"] == 6
+    assert result["rates"] == [[0, 0.1], [1, 0.05], [1, 0.05], [2, 0.025], [2, 0.025], [3, 0.0125]]
+    watch.assert_loopback_only()

@@ -76,5 +76,6 @@ def test_a_run_without_the_batch_sizes_names_both_and_how_to_pass_them() -> None
 
 
 def test_more_than_one_process_per_peer_is_refused() -> None:
-    with pytest.raises(core.CoreError, match="hivemind"):
+    # A peer is one process; more peers are more runs of the script (with PL_INITIAL_PEERS), not devices=2.
+    with pytest.raises(core.ConfigurationError, match="The strategy 'hivemind' runs at most 1 process"):
         core.resolve(accelerator="cpu", strategy="hivemind", devices=2)
