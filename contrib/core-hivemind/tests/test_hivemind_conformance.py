@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import ClassVar
 
+import pytest
 from core_hivemind import HivemindStrategy
+from hivemind_harness import SocketWatch
 
 from core.testing import StrategyConformance
 
@@ -12,6 +16,15 @@ from core.testing import StrategyConformance
 def lone_peer() -> HivemindStrategy:
     """A peer with nobody to meet: each step of the kit's batch (64) is one hivemind epoch."""
     return HivemindStrategy(target_batch_size=64, batch_size=64, run_id="conformance", matchmaking_time=0.5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loopback_only() -> Iterator[None]:
+    """The kit's job runs under this pytest process: watch every socket of it and of p2pd, then check them."""
+    with SocketWatch() as watch:
+        watch.watch(os.getpid())
+        yield
+    watch.assert_loopback_only()
 
 
 class TestHivemindConformance(StrategyConformance):
