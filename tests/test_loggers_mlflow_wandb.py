@@ -159,6 +159,12 @@ def test_mlflow_server_run_holds_params_metrics_status_and_checkpoints(mlflow_se
     original = torch.load(checkpoint.best_model_path, weights_only=False)
     assert restored.keys() == original.keys()
     assert (Path(local) / "aliases.txt").read_text() == "['latest', 'best']"
+    import yaml
+
+    metadata = yaml.safe_load((Path(local) / "metadata.yaml").read_text())
+    assert metadata["original_filename"] == Path(checkpoint.best_model_path).name
+    assert metadata["score"] == pytest.approx(checkpoint.best_k_models[checkpoint.best_model_path])
+    assert metadata["Checkpoint"]["monitor"] == "val_loss" and metadata["Checkpoint"]["save_top_k"] == 1
 
 
 def test_mlflow_failed_run_is_marked_failed(mlflow_server: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from core._errors import ConfigurationError
 
-__all__ = ["flatten", "global_rank", "new_checkpoints", "prefixed", "rank_zero_only", "require"]
+__all__ = ["checkpoint_metadata", "flatten", "global_rank", "new_checkpoints", "prefixed", "rank_zero_only", "require"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,3 +78,13 @@ def new_checkpoints(checkpoint_callback: Any, logged: dict[str, float]) -> list[
             if logged.get(path) != mtime:
                 found.append((mtime, path))
     return sorted(found)
+
+
+def checkpoint_metadata(checkpoint_callback: Any, path: str, section: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The metadata Lightning's loggers attach to a logged checkpoint: score, file name and the callback's settings."""
+    score = checkpoint_callback.best_k_models.get(path)
+    return {
+        "score": float(score) if score is not None else None,
+        "original_filename": os.path.basename(path),
+        section: {key: getattr(checkpoint_callback, key) for key in keys if hasattr(checkpoint_callback, key)},
+    }

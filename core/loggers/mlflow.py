@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from core._errors import ConfigurationError
 from core.loggers._logger import Logger
-from core.loggers._remote import flatten, new_checkpoints, prefixed, rank_zero_only, require
+from core.loggers._remote import checkpoint_metadata, flatten, new_checkpoints, prefixed, rank_zero_only, require
 
 __all__ = ["MLFlowLogger"]
 
@@ -219,14 +219,9 @@ class MLFlowLogger(Logger):
         import yaml  # type: ignore[import-untyped]
 
         for mtime, path in new_checkpoints(checkpoint_callback, self._logged_model_time):
-            score = checkpoint_callback.best_k_models.get(path)
-            metadata = {
-                "score": float(score) if score is not None else None,
-                "original_filename": Path(path).name,
-                "Checkpoint": {key: getattr(checkpoint_callback, key) for key in
-                               ("monitor", "mode", "save_last", "save_top_k", "save_weights_only",
-                                "every_n_train_steps", "every_n_epochs") if hasattr(checkpoint_callback, key)},
-            }
+            metadata = checkpoint_metadata(checkpoint_callback, path, "Checkpoint", (
+                "monitor", "mode", "save_last", "save_top_k", "save_weights_only", "every_n_train_steps",
+                "every_n_epochs"))
             aliases = ["latest", "best"] if path == checkpoint_callback.best_model_path else ["latest"]
             artifact_path = Path(path).stem
             self.experiment.log_artifact(self._run_id, path, artifact_path)

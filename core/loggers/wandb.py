@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 from core._errors import ConfigurationError
 from core.loggers._logger import Logger
-from core.loggers._remote import new_checkpoints, prefixed, rank_zero_only, require
+from core.loggers._remote import checkpoint_metadata, new_checkpoints, prefixed, rank_zero_only, require
 
 __all__ = ["WandbLogger"]
 
@@ -221,15 +220,8 @@ class WandbLogger(Logger):
         import wandb
 
         for mtime, path in new_checkpoints(checkpoint_callback, self._logged_model_time):
-            score = checkpoint_callback.best_k_models.get(path)
-            metadata = {
-                "score": float(score) if score is not None else None,
-                "original_filename": Path(path).name,
-                type(checkpoint_callback).__name__: {
-                    key: getattr(checkpoint_callback, key) for key in
-                    ("monitor", "mode", "save_last", "save_top_k", "save_weights_only", "every_n_train_steps")
-                    if hasattr(checkpoint_callback, key)},
-            }
+            metadata = checkpoint_metadata(checkpoint_callback, path, type(checkpoint_callback).__name__, (
+                "monitor", "mode", "save_last", "save_top_k", "save_weights_only", "every_n_train_steps"))
             if not self._checkpoint_name:
                 self._checkpoint_name = f"model-{self.experiment.id}"
             artifact = wandb.Artifact(name=self._checkpoint_name, type="model", metadata=metadata)
