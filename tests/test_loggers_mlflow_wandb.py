@@ -3,6 +3,7 @@ run file read back, both writing from global rank 0 only, and neither package im
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -225,6 +226,7 @@ def test_loggers_do_nothing_off_global_rank_zero(tmp_path: Path, monkeypatch: py
     wandb_logger.log_metrics({"loss": 1.0}, step=1)
     wandb_logger.finalize("success")
     assert wandb_logger.experiment is None and wandb.run is None
+    assert wandb_logger.log_dir == str(tmp_path / "wandb")  # Trainer.log_dir on another rank does not fail
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "wandb" / "wandb").exists()
 
 
@@ -330,3 +332,25 @@ def test_missing_package_names_the_install_command(monkeypatch: pytest.MonkeyPat
         MLFlowLogger()
     with pytest.raises(core.CoreError, match=r"WandbLogger needs the wandb package.*pip install wandb"):
         WandbLogger()
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed")
+@pytest.mark.timeout(600)
+def test_under_ddp_only_global_rank_zero_creates_and_writes_the_run(tmp_path: Path) -> None:
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"}}
+    environment["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "logger_scripts" / "mlflow_ddp.py"), str(tmp_path)],
+                            capture_output=True, text=True, timeout=240, env=environment)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("RUN ")]
+    _, run_id, world_size = line.split()
+    assert world_size == "2"
+
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("ddp")
+    runs = client.search_runs([experiment.experiment_id])
+    assert [run.info.run_id for run in runs] == [run_id]  # rank 1 created no run of its own
+    assert runs[0].info.status == "FINISHED"
+    assert [metric.step for metric in client.get_metric_history(run_id, "loss")] == [1, 2]  # 16 samples, 2 ranks

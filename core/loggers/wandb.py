@@ -151,8 +151,9 @@ class WandbLogger(Logger):
 
     @property
     def log_dir(self) -> str:
-        """The run's local directory (``<save_dir>/wandb/<offline-|>run-<date>-<id>/files``)."""
-        return str(self.experiment.dir)
+        """The run's directory (``<save_dir>/wandb/<offline-|>run-<date>-<id>/files``); ``save_dir`` off rank 0."""
+        experiment = self.experiment
+        return str(experiment.dir) if experiment is not None else str(self.save_dir or ".")
 
     def watch(self, model: Any, log: str | None = "gradients", log_freq: int = 100, log_graph: bool = True) -> None:
         self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
