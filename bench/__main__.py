@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from bench._harness import Result, write_report
+from bench.plot import plot_tokens
 
 # name -> (module, full-size argument, tiny argument)
 BENCHMARKS = {
@@ -23,6 +24,8 @@ BENCHMARKS = {
     "checkpoints": ("bench.checkpoints", 200, 8),
     "distributed_save": ("bench.distributed_save", 200, 8),
     "memory": ("bench.memory", 24, 1),
+    "gpt": ("bench.gpt", 20, 3),
+    "disk": ("bench.disk", 1024, 8),
 }
 
 
@@ -58,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         "Each row alternates baseline and candidate (A B A B ...) and reports medians. See bench/README.md."
     )
     write_report(results, args.out, header)
+    plot = plot_tokens(results, args.out)
+    if plot is not None:
+        with (args.out / "results.md").open("a") as report:
+            report.write(f"\n![tokens/s per framework and strategy]({plot.name})\n")
     print(f"[bench] wrote {args.out / 'results.md'} and results.json")
     return 0
 

@@ -35,3 +35,12 @@ def test_bench_tiny_run_writes_both_reports(tmp_path: Path) -> None:
     # Lite against the raw loop in one job, single process and DDP: both loops ran the same number of blocks.
     in_job = [row for row in payload["results"] if "alternating blocks in one job" in row["name"]]
     assert len(in_job) == 2 and all("1 blocks of" in row["note"] for row in in_job), in_job
+    # The GPT workload: Lite ddp and fsdp against raw DDP, and the tokens/s plot linked from the report.
+    gpt = [row["name"] for row in payload["results"] if row["name"].startswith("tokens/s, Lite")]
+    assert any(" ddp eager vs raw DDP" in name for name in gpt) and any(" fsdp eager" in name for name in gpt), gpt
+    assert (tmp_path / "tokens_per_s.png").read_bytes().startswith(b"\x89PNG")
+    assert "(tokens_per_s.png)" in table
+    # Checkpoint throughput next to the disk's own speed, for each checkpoint_io, and async's blocking time.
+    for io in ("torch", "async", "distributed"):
+        assert any(name.startswith(f"`{io}` checkpoint save throughput") for name in names), names
+    assert any(name.startswith("`async` save: time the call blocks") for name in names), names

@@ -1,0 +1,185 @@
+"""One 2-rank job training a small GPT on synthetic tokens: tokens/s and peak memory per rank.
+
+    python -m bench.gpt_worker MODE LAYERS DIM CONTEXT STEPS [--compile]
+
+``MODE`` is ``raw`` (plain ``DistributedDataParallel``, to be started under torchrun) or a Lite strategy:
+``ddp``, ``fsdp``, ``deepspeed_stage_2``, ``deepspeed_stage_3``, ``model_parallel_1x2`` / ``model_parallel_2x1``
+(data-parallel x tensor-parallel, core-model-parallel). The global batch is ``GLOBAL_BATCH`` sequences of
+``CONTEXT`` tokens per step whatever the layout; tokens come from a fixed seed (no download). Global rank 0
+prints one JSON line ``{"mode": ..., "tokens_per_s": ..., "peak_mb": [...per rank], "parameters": ...}``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+VOCAB, HEADS, GLOBAL_BATCH, WARMUP = 1024, 4, 8, 2
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.head_dim = dim // HEADS
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        h = self.norm1(x)
+        # -1 heads: under tensor parallelism each rank holds HEADS / tensor-parallel size of them.
+        q, k, v = (p(h).view(batch, length, -1, self.head_dim).transpose(1, 2) for p in (self.q, self.k, self.v))
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(attended.transpose(1, 2).reshape(batch, length, -1))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, layers: int, dim: int, context: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, dim)
+        self.position = nn.Parameter(torch.zeros(context, dim))
+        self.layers = nn.ModuleList(Block(dim) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, VOCAB, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(tokens) + self.position[: tokens.shape[1]]
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return self.head(self.norm(hidden))
+
+
+def parallelize(module: nn.Module, device_mesh: Any) -> nn.Module:
+    """Tensor parallelism on each block's projections, then fully_shard over the data-parallel dimension."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel(),
+            "up": ColwiseParallel(), "down": RowwiseParallel()}
+    for block in module.layers:  # type: ignore[union-attr]
+        parallelize_module(block, device_mesh["tensor_parallel"], plan)
+        if device_mesh["data_parallel"].size() > 1:
+            fully_shard(block, mesh=device_mesh["data_parallel"])
+    if device_mesh["data_parallel"].size() > 1:
+        fully_shard(module, mesh=device_mesh["data_parallel"])
+    return module
+
+
+def batches(steps: int, context: int, data_rank: int, data_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This data-parallel rank's share of each step's global batch (fixed seed, the same for every mode)."""
+    generator = torch.Generator().manual_seed(0)
+    share = GLOBAL_BATCH // data_size
+    out = []
+    for _ in range(steps + WARMUP):
+        tokens = torch.randint(0, VOCAB, (GLOBAL_BATCH, context + 1), generator=generator)
+        mine = tokens[data_rank * share:(data_rank + 1) * share]
+        out.append((mine[:, :-1].contiguous(), mine[:, 1:].contiguous()))
+    return out
+
+
+def _loop(step: Any, data: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    for tokens, targets in data[:WARMUP]:
+        step(tokens, targets)
+    start = time.perf_counter()
+    for tokens, targets in data[WARMUP:]:
+        step(tokens, targets)
+    return time.perf_counter() - start
+
+
+def _report(mode: str, seconds: float, steps: int, context: int, parameters: int) -> None:
+    peaks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(peaks, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    if dist.get_rank() == 0:
+        line = {"mode": mode, "tokens_per_s": GLOBAL_BATCH * context * steps / seconds, "peak_mb": peaks,
+                "parameters": parameters}
+        print(json.dumps(line), flush=True)
+
+
+def _loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def raw(layers: int, dim: int, context: int, steps: int, compile: bool) -> None:
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model: nn.Module = nn.parallel.DistributedDataParallel(GPT(layers, dim, context))
+    if compile:
+        model = torch.compile(model)  # type: ignore[assignment]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
+        optimizer.zero_grad()
+        _loss(model(tokens), targets).backward()
+        optimizer.step()
+
+    data = batches(steps, context, dist.get_rank(), dist.get_world_size())
+    seconds = _loop(step, data)
+    _report("raw", seconds, steps, context, sum(p.numel() for p in model.parameters()))
+    dist.destroy_process_group()
+
+
+def lite_main(lite: Any, mode: str, layers: int, dim: int, context: int, steps: int, compile: bool) -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    parameters = sum(p.numel() for p in GPT(layers, dim, context).parameters())
+    seconds = _lite_train(lite, mode, layers, dim, context, steps, compile)
+    gc.collect()  # free sharded modules before the strategy's teardown destroys the group (see memory_worker)
+    _report(mode, seconds, steps, context, parameters)
+
+
+def _lite_train(lite: Any, mode: str, layers: int, dim: int, context: int, steps: int, compile: bool) -> float:
+    torch.manual_seed(0)
+    model: nn.Module = GPT(layers, dim, context)
+    if compile:
+        model = torch.compile(model)  # type: ignore[assignment]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, optimizer = lite.setup(model, optimizer)
+    data_size = 1 if mode == "model_parallel_1x2" else lite.world_size
+    data_rank = 0 if data_size == 1 else lite.global_rank
+
+    def step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
+        optimizer.zero_grad()
+        lite.backward(_loss(model(tokens), targets))
+        optimizer.step()
+
+    return _loop(step, batches(steps, context, data_rank, data_size))
+
+
+def strategy_for(mode: str) -> Any:
+    if mode.startswith("model_parallel_"):
+        from core_model_parallel import ModelParallelStrategy  # type: ignore[import-not-found,unused-ignore]
+
+        data, tensor = (int(part) for part in mode.removeprefix("model_parallel_").split("x"))
+        return ModelParallelStrategy(parallelize_fn=parallelize, data_parallel_size=data, tensor_parallel_size=tensor)
+    return mode
+
+
+def main(argv: list[str]) -> None:
+    mode = argv[0]
+    layers, dim, context, steps = (int(value) for value in argv[1:5])
+    compile = "--compile" in argv
+    torch.set_num_threads(1)
+    if mode == "raw":
+        raw(layers, dim, context, steps, compile)
+        return
+    from core import Lite
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    lite = Lite(accelerator="cpu", strategy=strategy_for(mode), devices=2)
+    lite.launch(lite_main, mode, layers, dim, context, steps, compile)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
