@@ -1,0 +1,34 @@
+"""core-model-parallel: the ``model_parallel`` strategy of ``core`` (Lightning's ``ModelParallelStrategy``).
+
+Tensor parallelism within a node and fully sharded data parallelism across nodes, on a 2-D ``DeviceMesh`` with the
+dimensions ``("data_parallel", "tensor_parallel")``. The user's parallelize function applies the parallelisms
+(``torch.distributed.tensor.parallel.parallelize_module``, ``torch.distributed.fsdp.fully_shard``); checkpoints are
+sharded through core-dcp's ``distributed`` checkpoint_io and load into any other mesh, or into one process.
+``ModelParallelStrategy(...)`` is the object to pass for options.
+
+Public API for strategies that build a mesh of their own (core-pipeline): :class:`MeshShape` and
+:func:`mesh_shape`, which check the degrees of parallelism against the world size.
+"""
+
+from __future__ import annotations
+
+from core_model_parallel._mesh import AUTO, DATA_PARALLEL, MeshShape, check_size, mesh_shape
+from core_model_parallel._strategy import MESH_DIMENSIONS, TENSOR_PARALLEL, ModelParallelStrategy
+
+
+def model_parallel() -> ModelParallelStrategy:
+    """``model_parallel``: tensor parallel across a node's devices, data parallel across nodes."""
+    return ModelParallelStrategy()
+
+
+__all__ = [
+    "AUTO",
+    "DATA_PARALLEL",
+    "MESH_DIMENSIONS",
+    "TENSOR_PARALLEL",
+    "MeshShape",
+    "ModelParallelStrategy",
+    "check_size",
+    "mesh_shape",
+    "model_parallel",
+]

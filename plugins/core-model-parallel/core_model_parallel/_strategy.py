@@ -1,0 +1,352 @@
+"""``ModelParallelStrategy``: the user's parallelization (tensor parallel, fully sharded) over a 2-D device mesh.
+
+The processes, the process group, the launcher and the collectives are ``core-ddp``'s (this class extends
+:class:`core_ddp.DDPStrategy`). What changes is the model: the strategy builds a ``DeviceMesh`` with the dimensions
+``("data_parallel", "tensor_parallel")`` once the process group exists, and the user's *parallelize function*
+``fn(module, device_mesh) -> module`` decides what to do with it (``parallelize_module`` with
+``ColwiseParallel`` / ``RowwiseParallel`` over ``device_mesh["tensor_parallel"]``, then ``fully_shard`` over
+``device_mesh["data_parallel"]``). The function comes from one of three places, first found wins:
+
+1. the launched function, before ``lite.setup`` (``fn(model, lite.device_mesh)``: the module arrives parallelized);
+2. the Module's ``configure_model`` under the Trainer (it reads the mesh and parallelizes in place);
+3. ``ModelParallelStrategy(parallelize_fn=fn)``, applied in :meth:`strategy_setup_module` after rank 0's initial
+   values were broadcast, so every rank parallelizes the same model.
+
+The order of set-up, in :meth:`ModelParallelStrategy.strategy_setup_module`: parallelize (3, if the module is still
+plain), check that data parallelism has a ``fully_shard`` to average gradients with, materialise a model created on
+the meta device, point optimizers made before set-up at the new parameters, install the load hooks that make any
+checkpoint fit (:mod:`core_model_parallel._state`). At teardown each set-up module becomes plain and whole again
+(:mod:`core_model_parallel._release`) before the process group goes away.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import timedelta
+from itertools import chain
+from typing import Any, ClassVar, Final, Literal, TypeAlias
+
+import torch
+import torch.distributed as dist
+from core_dcp import holds_dtensors
+from core_ddp import DDPStrategy, failing
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule
+
+from core import ActiveSet, ConfigurationError, Supports, hookimpl
+from core_model_parallel._mesh import DATA_PARALLEL, MeshShape, check_size, mesh_shape
+from core_model_parallel._release import release
+from core_model_parallel._state import (
+    gather_full,
+    holds_placed_tensors,
+    install_module_load_hook,
+    install_optimizer_load_hook,
+)
+
+TENSOR_PARALLEL: Final = "tensor_parallel"
+MESH_DIMENSIONS: Final = (DATA_PARALLEL, TENSOR_PARALLEL)
+"""The names of the device mesh's dimensions, outermost first (Lightning's)."""
+
+ParallelizeFn: TypeAlias = Callable[[torch.nn.Module, DeviceMesh], torch.nn.Module]
+
+_SINGLE_FILE_IO: Final = frozenset({"torch", "async"})
+_SCALED_PRECISIONS: Final = frozenset({"16-mixed", "16"})
+_OWNER: Final = "ModelParallelStrategy"
+
+
+def _supports(save_distributed_checkpoint: bool) -> Supports:
+    never: dict[str, set[str]] = {"accelerator": {"tpu", "mps"}, "precision": set(_SCALED_PRECISIONS)}
+    if save_distributed_checkpoint:
+        never["checkpoint_io"] = set(_SINGLE_FILE_IO)
+    return Supports(
+        never=never,
+        hint="model_parallel keeps gradients sharded, which 16-mixed's loss scaler cannot check for infs across "
+             "ranks: use precision='bf16-mixed' or '32-true'. Sharded checkpoints are written by every rank: keep "
+             "the default checkpoint_io 'distributed' (pip install core-dcp), or pass "
+             "ModelParallelStrategy(save_distributed_checkpoint=False) to gather one file on rank 0 for 'torch' / "
+             "'async'. On TPUs use strategy='xla'.",
+    )
+
+
+class ModelParallelStrategy(DDPStrategy):
+    """Tensor parallelism within a node and (fully sharded) data parallelism across nodes, on a 2-D device mesh.
+
+    :param parallelize_fn: ``fn(module, device_mesh) -> module`` applying the parallelisms in place; optional when
+        the module is parallelized before set-up (with ``lite.device_mesh`` in the launched function, or in
+        ``configure_model`` with ``self.device_mesh``).
+    :param data_parallel_size: Replicas of the model. ``"auto"``: the number of nodes (or what
+        ``tensor_parallel_size`` leaves of the world size).
+    :param tensor_parallel_size: Ranks sharing one replica. ``"auto"``: the devices of a node (or what
+        ``data_parallel_size`` leaves).
+    :param save_distributed_checkpoint: ``True``: every rank writes its shards (``distributed`` checkpoint_io, the
+        default then); ``False``: the whole state is gathered and rank 0 writes one file.
+    :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
+    :param timeout: How long a collective may wait for the other ranks before failing.
+    :param start_method: How missing processes are started, as for ``DDPStrategy``.
+    :param name: The alias reported in messages.
+    """
+
+    max_processes: ClassVar[int | None] = None
+
+    def __init__(
+        self,
+        parallelize_fn: ParallelizeFn | None = None,
+        data_parallel_size: int | Literal["auto"] = "auto",
+        tensor_parallel_size: int | Literal["auto"] = "auto",
+        save_distributed_checkpoint: bool = True,
+        process_group_backend: str | None = None,
+        timeout: timedelta | float = timedelta(minutes=30),
+        start_method: str = "popen",
+        *,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(
+            process_group_backend=process_group_backend, timeout=timeout, start_method=start_method,
+            name=name or "model_parallel",
+        )
+        if parallelize_fn is not None and not callable(parallelize_fn):
+            raise ConfigurationError(
+                f"{_OWNER}(parallelize_fn={parallelize_fn!r}): expected a function (module, device_mesh) -> module."
+            )
+        self.parallelize_fn = parallelize_fn
+        self.data_parallel_size = check_size(_OWNER, "data_parallel_size", data_parallel_size)
+        self.tensor_parallel_size = check_size(_OWNER, "tensor_parallel_size", tensor_parallel_size)
+        self.save_distributed_checkpoint = bool(save_distributed_checkpoint)
+        self.supports = _supports(self.save_distributed_checkpoint)  # type: ignore[misc]  # per object
+        self._shape: MeshShape | None = None
+        self._mesh: DeviceMesh | None = None
+        # id(plain parameter before set-up) -> (a weak reference to it, the DTensor parameter that replaced it)
+        self._replaced: dict[int, tuple[weakref.ref[torch.nn.Parameter], torch.nn.Parameter]] = {}
+        self._set_up: list[torch.nn.Module] = []
+
+    @property
+    def default_checkpoint_io(self) -> str:
+        """``distributed`` for sharded checkpoints, ``torch`` for a full one."""
+        return "distributed" if self.save_distributed_checkpoint else "torch"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        for key in ("_mesh", "_replaced", "_set_up"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._mesh = None
+        self._replaced = {}
+        self._set_up = []
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.alias!r}, data_parallel_size={self.data_parallel_size!r}, "
+            f"tensor_parallel_size={self.tensor_parallel_size!r}, "
+            f"save_distributed_checkpoint={self.save_distributed_checkpoint})"
+        )
+
+    @property
+    def mesh_shape(self) -> MeshShape:
+        """The resolved sizes of the mesh's dimensions (known once the strategy is part of a run)."""
+        if self._shape is None:
+            config = self.active.config
+            self._shape = mesh_shape(_OWNER, TENSOR_PARALLEL, self.data_parallel_size, self.tensor_parallel_size,
+                                     config.devices_per_node, config.num_nodes)
+        return self._shape
+
+    @property
+    def device_mesh(self) -> DeviceMesh:
+        """The 2-D ``DeviceMesh`` (``data_parallel``, ``tensor_parallel``) of this run's ranks."""
+        if self._mesh is None:
+            raise ConfigurationError(
+                f"The device mesh of {self.alias!r} exists once the run's processes are set up: read it inside the "
+                f"launched function (lite.device_mesh), in configure_model under the Trainer, or in parallelize_fn."
+            )
+        return self._mesh
+
+    # -- processes ------------------------------------------------------------------------------------
+
+    @hookimpl
+    def core_attach(self, active: ActiveSet) -> None:
+        super().core_attach(active)
+        self._shape = None
+        _ = self.mesh_shape  # sizes that cannot fit the world size fail now, before any process starts
+
+    @hookimpl
+    def strategy_setup_environment(self) -> None:
+        super().strategy_setup_environment()
+        device = self.active.device or torch.device("cpu")
+        with self.communicator.guard("init_device_mesh"):
+            self._mesh = self.mesh_shape.build(device.type)
+
+    @hookimpl
+    def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        # The ranks of one replica (a tensor-parallel group) must see the same batch.
+        data_parallel = self.device_mesh[DATA_PARALLEL]
+        return {"num_replicas": data_parallel.size(), "rank": data_parallel.get_local_rank()}
+
+    # -- model ----------------------------------------------------------------------------------------
+
+    @hookimpl
+    def strategy_module_init_context(self, empty_init: bool) -> AbstractContextManager[Any]:
+        # On the meta device a module has shapes and no storage; setup allocates only this rank's parts.
+        if empty_init:
+            return torch.device("meta")
+        return self.active.device or torch.device("cpu")
+
+    @hookimpl
+    def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        originals = dict(module.named_parameters())
+        if not holds_placed_tensors(module):
+            module = self._parallelize(module)
+        self._check_data_parallel(module)
+        if any(tensor.is_meta for tensor in chain(module.parameters(), module.buffers())):
+            self._materialise(module)
+        for name, placed in module.named_parameters():
+            original = originals.get(name)
+            if original is not None and original is not placed:
+                self._replaced[id(original)] = (weakref.ref(original), placed)
+        install_module_load_hook(module)
+        self._set_up.append(module)
+        return module
+
+    def _parallelize(self, module: torch.nn.Module) -> torch.nn.Module:
+        if self.parallelize_fn is None:
+            raise ConfigurationError(
+                f"strategy={self.alias!r} got a module with no parallelized parameter and has no parallelize "
+                f"function. Pass one: lite.setup(model, optimizer, parallelize_fn=fn) or "
+                f"ModelParallelStrategy(parallelize_fn=fn), with fn(module, device_mesh) applying "
+                f"parallelize_module over device_mesh['tensor_parallel'] and fully_shard over "
+                f"device_mesh['data_parallel']; under the Trainer do that in the Module's configure_model. For data "
+                f"parallelism alone use strategy='fsdp' or 'ddp'."
+            )
+        tensors = list(chain(module.parameters(), module.buffers()))
+        if self.active.cluster.world_size > 1 and not any(tensor.is_meta for tensor in tensors):
+            # Every rank parallelizes the same model: rank 0's initial values (as DistributedDataParallel does).
+            with torch.no_grad(), self.communicator.guard("broadcast of the initial parameters (model_parallel)"):
+                for tensor in tensors:
+                    dist.broadcast(tensor, src=0)
+        parallelized = self.parallelize_fn(module, self.device_mesh)
+        if not isinstance(parallelized, torch.nn.Module):
+            raise ConfigurationError(
+                f"The parallelize_fn of {self.alias!r} returned a {type(parallelized).__name__}; it must return the "
+                f"module (parallelized in place or a new one)."
+            )
+        return parallelized
+
+    def _check_data_parallel(self, module: torch.nn.Module) -> None:
+        size = self.mesh_shape.size(DATA_PARALLEL)
+        if size > 1 and not any(isinstance(sub, FSDPModule) for sub in module.modules()):
+            raise ConfigurationError(
+                f"data_parallel_size={size}, but the parallelized module has no fully_shard unit, so nothing would "
+                f"average the gradients of the {size} replicas. In the parallelize function call "
+                f"fully_shard(module, mesh=device_mesh['data_parallel']) (on each block, then the root), or use "
+                f"ModelParallelStrategy(data_parallel_size=1)."
+            )
+
+    def _materialise(self, module: torch.nn.Module) -> None:
+        """Allocate this rank's parts of a module created on the meta device and initialise them."""
+        module.to_empty(device=self.active.device or torch.device("cpu"))
+        with torch.no_grad():
+            for submodule in module.modules():
+                reset = getattr(submodule, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+
+    @hookimpl
+    def strategy_setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Point an optimizer made before set-up at the ``DTensor`` parameters that replaced the originals."""
+        if optimizer.state:
+            raise ConfigurationError(
+                f"The optimizer already has state (it took a step before setup); with {self.alias!r} its state must "
+                f"be made for the parallelized parameters: set up the module and the optimizer before the first step."
+            )
+        for group in optimizer.param_groups:
+            group["params"] = [self._placed(parameter) for parameter in group["params"]]
+        install_optimizer_load_hook(optimizer)
+        return optimizer
+
+    def _placed(self, parameter: torch.nn.Parameter) -> torch.nn.Parameter:
+        entry = self._replaced.get(id(parameter))
+        if entry is not None and entry[0]() is parameter:
+            return entry[1]
+        return parameter
+
+    @hookimpl
+    def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
+        units = [sub for sub in module.modules() if isinstance(sub, FSDPModule)]
+        if not units:  # no data-parallel replicas: no gradient synchronisation to skip
+            return nullcontext()
+        return _without_gradient_sync(units)
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+
+    @hookimpl
+    def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
+        active = self.active
+        if not self.save_distributed_checkpoint:
+            full = gather_full(state)  # every rank takes part in gathering; rank 0 writes
+            if active.cluster.is_global_zero:
+                active.hook.checkpoint_io_save(checkpoint=full, path=path, storage_options=None)
+        elif holds_dtensors(state):
+            if not getattr(active.checkpoint_io, "writes_shards", False):
+                raise ConfigurationError(
+                    f"ModelParallelStrategy(save_distributed_checkpoint=True) has every rank write its shards, which "
+                    f"the checkpoint_io {active.config.checkpoint_io!r} cannot do. Use plugins=['distributed'] (pip "
+                    f"install core-dcp) or ModelParallelStrategy(save_distributed_checkpoint=False)."
+                )
+            active.hook.checkpoint_io_save(checkpoint=state, path=path, storage_options=None)
+        elif active.cluster.is_global_zero:  # nothing is sharded (every rank holds the same state): one writer
+            active.hook.checkpoint_io_save(checkpoint=state, path=path, storage_options=None)
+        active.hook.strategy_barrier(name="save_checkpoint")
+
+    @hookimpl
+    def strategy_load_checkpoint(self, path: str, weights_only: bool) -> dict[str, Any]:
+        # Every rank reads whole tensors (any mesh, any world size that wrote it); the load hooks installed at
+        # set-up keep this rank's part when the module and optimizers load them.
+        loaded: dict[str, Any] = self.active.hook.checkpoint_io_load(
+            path=path, map_location="cpu", weights_only=weights_only
+        )
+        return loaded
+
+    # -- end of the run -------------------------------------------------------------------------------
+
+    @hookimpl
+    def strategy_teardown(self) -> None:
+        try:
+            if dist.is_initialized() and not failing():
+                self._release_modules()
+            super().strategy_teardown()
+        finally:
+            self._forget_run()
+
+    def _release_modules(self) -> None:
+        """Every module of the run back to a plain, whole one: a collective."""
+        originals = {id(placed): original() for original, placed in self._replaced.values()}
+        alive = {key: original for key, original in originals.items() if original is not None}
+        with self.communicator.guard("gathering the trained parameters at teardown (model_parallel)"):
+            for module in self._set_up:
+                release(module, alive)
+
+    def _forget_run(self) -> None:
+        """Drop this run's references to its mesh and groups, so that they are freed now, not at exit."""
+        self._set_up.clear()
+        self._replaced.clear()
+        mesh, self._mesh = self._mesh, None
+        if mesh is not None and not dist.is_initialized():
+            registry = getattr(mesh, "_pg_registry", None)  # recent torch keeps the groups it resolved there
+            if isinstance(registry, dict):
+                registry.clear()
+        gc.collect()
+
+
+@contextmanager
+def _without_gradient_sync(units: Sequence[FSDPModule]) -> Iterator[None]:
+    for unit in units:
+        unit.set_requires_gradient_sync(False, recurse=False)
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.set_requires_gradient_sync(True, recurse=False)
