@@ -165,6 +165,7 @@ def _fail_rank(error: BaseException, global_rank: int, world_size: int, children
             while True:  # the monitor thread is stopping the job and will end this process
                 time.sleep(1)
         stopped = children.stop()
+        _forget_children(children)
         _destroy_process_group()
         _add_note(error, f"{PREFIX}: global rank {global_rank} of {world_size} failed with the error above; "
                          f"stopped global rank(s) {stopped}.")
@@ -175,6 +176,21 @@ def _fail_rank(error: BaseException, global_rank: int, world_size: int, children
         _exit_now(1)
     _destroy_process_group()
     _add_note(error, f"{PREFIX}: raised on global rank {global_rank} of {world_size}.")
+
+
+def _forget_children(children: Supervisor) -> None:
+    """The job these children ran is over: a later launch in this process starts its own job.
+
+    Without this, a script that catches the failure and launches again would find the stopped children (and
+    the exported rank variables) of the finished job, and wait for ranks that are gone.
+    """
+    global _children
+    if _children is children:
+        _children = None
+    for name, value in _launch_variables.items():
+        if os.environ.get(name) == value:
+            del os.environ[name]
+    _launch_variables.clear()
 
 
 def install_exception_hook(global_rank: int, world_size: int) -> None:
