@@ -2,9 +2,11 @@
 
 Everything lives in a temporary directory: ``slurm.conf`` (``SlurmctldHost=localhost(127.0.0.1)``, free
 ports picked now, one node ``localhost`` with 4 CPUs on this 2-core machine, oversubscription allowed),
-a fresh munge key and socket, state and spool directories and the daemons' logs. Every SLURM command is
-run with ``SLURM_CONF`` pointing at that file and with the caller's own ``SLURM_*`` variables removed.
-The daemons are stopped at the end by the PIDs this fixture started, after the cluster's jobs are cancelled.
+a fresh munge key and socket, state and spool directories and the daemons' logs.
+``CommunicationParameters=NoCtldInAddrAny,NoInAddrAny`` makes slurmctld and slurmd listen on 127.0.0.1 instead of
+every interface. Every SLURM command is run with ``SLURM_CONF`` pointing at that file and with the caller's own
+``SLURM_*`` variables removed. The daemons are stopped at the end by the PIDs this fixture started, after the
+cluster's jobs are cancelled.
 
 The tests need Debian's ``slurm-wlm`` and ``munge`` (``scripts/system-deps.sh`` installs them). When they
 are missing the tests skip with that reason, except on CI (``CI=true``), where they fail.
@@ -96,6 +98,7 @@ FirstJobId={first_job_id}
 MailProg=/bin/true
 KillWait=2
 MessageTimeout=60
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 InactiveLimit=0
 MinJobAge=600
 JobAcctGatherType=jobacct_gather/none
@@ -109,6 +112,11 @@ CGROUP_CONF = "CgroupPlugin=autodetect\n"
 
 class SlurmCluster:
     """A running private cluster: its configuration, and helpers to run SLURM commands against it."""
+
+    @property
+    def daemon_pids(self) -> dict[str, int]:
+        """The PIDs of the daemons this cluster started, by name."""
+        return {name: process.pid for name, process in self._daemons}
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -137,3 +137,17 @@ def test_mpirun_inside_a_batch_job_is_left_to_the_mpi_environment(
     assert job["JobState"] == "COMPLETED", output.read_text()
     # Both ranks are mpi's, and get no "prepend srun" advice: mpirun started them.
     assert output.read_text().splitlines() == ["mpi", "mpi"]
+
+
+def test_the_daemons_listen_on_loopback_only(slurm_cluster: SlurmCluster) -> None:
+    import psutil
+
+    listening = {
+        (name, connection.laddr.ip)
+        for name, pid in slurm_cluster.daemon_pids.items()
+        for connection in psutil.Process(pid).net_connections(kind="inet")
+        if connection.status == psutil.CONN_LISTEN
+    }
+    names = {name for name, _ in listening}
+    assert {"slurmctld", "slurmd"} <= names, listening
+    assert {address for _, address in listening} == {"127.0.0.1"}, listening
