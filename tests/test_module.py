@@ -69,13 +69,19 @@ def recording(base: type, names: list[str], calls: list[str], prefix: str) -> ty
     return type(f"Recording{base.__name__}", (base,), {name: wrap(name) for name in names})
 
 
+# The batch transfer hooks run before the batch-start hooks, and the *_model_eval/train hooks around the whole
+# evaluation, as in Lightning.
 VALIDATION = [
+    "M.on_validation_model_eval",
     "C.on_validation_start", "M.on_validation_start", "C.on_validation_epoch_start", "M.on_validation_epoch_start",
+    "M.on_before_batch_transfer", "M.on_after_batch_transfer",
     "C.on_validation_batch_start", "M.on_validation_batch_start", "M.validation_step",
     "M.on_validation_batch_end", "C.on_validation_batch_end",
     "M.on_validation_epoch_end", "C.on_validation_epoch_end", "M.on_validation_end", "C.on_validation_end",
+    "M.on_validation_model_train",
 ]
 TRAINING_BATCH = [
+    "M.on_before_batch_transfer", "M.on_after_batch_transfer",
     "C.on_train_batch_start", "M.on_train_batch_start",
     "M.on_before_zero_grad", "C.on_before_zero_grad",
     "M.training_step",
