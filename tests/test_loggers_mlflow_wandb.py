@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import core
-from core.callbacks import Callback, ModelCheckpoint
+from core.callbacks import ModelCheckpoint
 
 mlflow = pytest.importorskip("mlflow")
 wandb = pytest.importorskip("wandb")
@@ -50,19 +50,6 @@ class Regression(core.Module):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
-class ReportCheckpoints(Callback):
-    """Hands each save of ``ModelCheckpoint`` to the loggers, as Lightning's ModelCheckpoint does itself.
-
-    core's ModelCheckpoint does not call ``logger.after_save_checkpoint`` yet; this stands in for that call."""
-
-    def __init__(self, checkpoint: ModelCheckpoint) -> None:
-        self.checkpoint = checkpoint
-
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        for logger in trainer.loggers:
-            logger.after_save_checkpoint(self.checkpoint)
-
-
 def data(samples: int) -> DataLoader[Any]:
     generator = torch.Generator().manual_seed(0)
     return DataLoader(TensorDataset(torch.randn(samples, 3, generator=generator),
@@ -73,7 +60,7 @@ def fit(logger: object, root: Path, checkpointing: bool = False) -> core.Trainer
     callbacks: list[Any] = []
     if checkpointing:
         checkpoint = ModelCheckpoint(dirpath=root / "ckpts", monitor="val_loss", save_top_k=1)
-        callbacks = [checkpoint, ReportCheckpoints(checkpoint)]
+        callbacks = [checkpoint]
     trainer = core.Trainer(accelerator="cpu", max_epochs=2, logger=logger, default_root_dir=root,
                            log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=checkpointing,
                            callbacks=callbacks)

@@ -185,6 +185,11 @@ class ModelCheckpoint(Callback):
             last = os.path.join(self._directory(), self.NAME_LAST + self.FILE_EXTENSION)
             trainer.save_checkpoint(last, weights_only=self.save_weights_only)
             self.last_model_path = last
+        if path is not None or self.save_last:
+            for logger in trainer.loggers:  # as Lightning: loggers that upload checkpoints pick them up here
+                after_save = getattr(logger, "after_save_checkpoint", None)
+                if after_save is not None:
+                    after_save(self)
 
     def _directory(self) -> str:
         if self.dirpath is None:

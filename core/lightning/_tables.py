@@ -114,8 +114,8 @@ LOGGERS: Final[dict[str, Entry]] = {
     "Logger": Target("core.loggers", "Logger"),
     "CSVLogger": Target("core.lightning._loggers", "CSVLogger"),
     "TensorBoardLogger": Target("core.lightning._loggers", "TensorBoardLogger"),
-    "MLFlowLogger": Unsupported(_NOT_YET, "CSVLogger, TensorBoardLogger, or a core.loggers.Logger subclass."),
-    "WandbLogger": Unsupported(_NOT_YET, "CSVLogger, TensorBoardLogger, or a core.loggers.Logger subclass."),
+    "MLFlowLogger": Target("core.loggers", "MLFlowLogger"),
+    "WandbLogger": Target("core.loggers", "WandbLogger"),
     "CometLogger": Unsupported("not implemented.", "MLFlowLogger, WandbLogger, or a core.loggers.Logger subclass."),
     "NeptuneLogger": Unsupported("not implemented.", "MLFlowLogger, WandbLogger, or a core.loggers.Logger subclass."),
 }

@@ -87,6 +87,10 @@ class Logger:
     def save(self) -> None:
         """Write out what is buffered."""
 
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """``checkpoint_callback`` (a ``ModelCheckpoint``) has just saved, on every rank; a logger that uploads
+        checkpoints (MLflow, W&B) reads its ``best_model_path`` and ``best_k_models`` here. Does nothing by default."""
+
     def finalize(self, status: str) -> None:
         """The run ended (``status`` is ``"success"`` or ``"failed"``): write out and close."""
         self.save()
