@@ -1,5 +1,7 @@
 """``python compiled_train.py OUT STRATEGY {eager,compiled}``: a tiny MLP trained 6 steps under Lite.
 
+STRATEGY is an alias, or ``model_parallel_1x2`` / ``model_parallel_2x1`` (data x tensor parallel: the first layer
+column-wise and the last row-wise over the tensor dimension, ``fully_shard`` over the data dimension).
 With ``compiled`` the model is passed through ``torch.compile`` before ``lite.setup``. Global rank 0 writes
 OUT/result.pt: the full trained weights, the keys ``model.state_dict()`` (what ``lite.save`` writes) has, and
 the weights read back from the checkpoint into a plain, uncompiled model.
@@ -7,6 +9,7 @@ the weights read back from the checkpoint into a plain, uncompiled model.
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -19,8 +22,34 @@ def net() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
 
 
+def copies(lite: Lite) -> int:
+    """How many ranks see different data: the data-parallel size under model_parallel, else the world size."""
+    mesh = lite.device_mesh
+    return mesh["data_parallel"].size() if mesh is not None else lite.world_size
+
+
 def full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def parallelize(module: torch.nn.Module, mesh: Any) -> torch.nn.Module:
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    if mesh["tensor_parallel"].size() > 1:
+        parallelize_module(module, mesh["tensor_parallel"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    if mesh["data_parallel"].size() > 1:
+        fully_shard(module, mesh=mesh["data_parallel"])
+    return module
+
+
+def strategy_of(name: str) -> Any:
+    if not name.startswith("model_parallel_"):
+        return name
+    from core_model_parallel import ModelParallelStrategy
+
+    data, tensor = (int(size) for size in name.removeprefix("model_parallel_").split("x"))
+    return ModelParallelStrategy(data_parallel_size=data, tensor_parallel_size=tensor, parallelize_fn=parallelize)
 
 
 def main(lite: Lite, out: Path, compiled: bool) -> None:
@@ -29,7 +58,7 @@ def main(lite: Lite, out: Path, compiled: bool) -> None:
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(96, 8, generator=generator)
     loader = lite.setup_dataloaders(DataLoader(TensorDataset(inputs, inputs.sum(1, keepdim=True).sin()),
-                                               batch_size=16 // lite.world_size))
+                                               batch_size=16 // copies(lite)))
     for features, targets in loader:
         optimizer.zero_grad()
         lite.backward(torch.nn.functional.mse_loss(model(features), targets))
@@ -47,4 +76,4 @@ def main(lite: Lite, out: Path, compiled: bool) -> None:
 if __name__ == "__main__":
     out, strategy, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     devices = 1 if strategy == "single_device" else 2
-    Lite(accelerator="cpu", strategy=strategy, devices=devices).launch(main, out, mode == "compiled")
+    Lite(accelerator="cpu", strategy=strategy_of(strategy), devices=devices).launch(main, out, mode == "compiled")
