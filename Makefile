@@ -65,6 +65,7 @@ bench-peers:
 	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install --quiet -c constraints.txt torch lightning accelerate attrs
 	$(PEERS_VENV)/bin/python -m bench.peers
+	$(PEERS_VENV)/bin/python -m bench.peers_gpt
 
 docs: setup
 	$(PY) scripts/gen_hooks_doc.py

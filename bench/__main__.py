@@ -36,13 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--append", action="store_true", help="keep the rows already in --out/results.json and add these"
     )
+    parser.add_argument(
+        "--report-only", action="store_true",
+        help="run nothing: write results.md and the plot again from --out/results.json (with --append) and the peers",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="where to write results")
     args = parser.parse_args(argv)
     results: list[Result] = []
     previous = args.out / "results.json"
     if args.append and previous.exists():
         results += [Result.from_dict(row) for row in json.loads(previous.read_text())["results"]]
-    for name in args.only or BENCHMARKS:
+    for name in [] if args.report_only else (args.only or BENCHMARKS):
         module_name, full, tiny = BENCHMARKS[name]
         print(f"[bench] {name} ...", flush=True)
         module = importlib.import_module(module_name)

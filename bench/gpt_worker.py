@@ -2,11 +2,14 @@
 
     python -m bench.gpt_worker MODE LAYERS DIM CONTEXT STEPS [--compile]
 
-``MODE`` is ``raw`` (plain ``DistributedDataParallel``, to be started under torchrun) or a Lite strategy:
+``MODE`` is ``raw`` (plain ``DistributedDataParallel``, to be started under torchrun), a Lite strategy:
 ``ddp``, ``fsdp``, ``deepspeed_stage_2``, ``deepspeed_stage_3``, ``model_parallel_1x2`` / ``model_parallel_2x1``
-(data-parallel x tensor-parallel, core-model-parallel). The global batch is ``GLOBAL_BATCH`` sequences of
-``CONTEXT`` tokens per step whatever the layout; tokens come from a fixed seed (no download). Global rank 0
-prints one JSON line ``{"mode": ..., "tokens_per_s": ..., "peak_mb": [...per rank], "parameters": ...}``.
+(data-parallel x tensor-parallel, core-model-parallel), or a peer under torchrun in the peers' environment
+(``make bench-peers``): ``fabric_ddp`` (Lightning Fabric), ``accelerate_ddp`` (HF Accelerate). Fabric's ``fsdp``
+refuses a CPU accelerator ("FSDP is only available on GPU"), so it has no row here. The global batch is
+``GLOBAL_BATCH`` sequences of ``CONTEXT`` tokens per step whatever the layout; tokens come from a fixed seed (no
+download). Global rank 0 prints one JSON line
+``{"mode": ..., "tokens_per_s": ..., "peak_mb": [...per rank], "parameters": ...}``.
 """
 
 from __future__ import annotations
@@ -130,6 +133,41 @@ def raw(layers: int, dim: int, context: int, steps: int, compile: bool) -> None:
     dist.destroy_process_group()
 
 
+def peer(mode: str, layers: int, dim: int, context: int, steps: int, compile: bool) -> None:
+    """Lightning Fabric or HF Accelerate, each as its documentation shows: compile before setup / prepare."""
+    torch.manual_seed(0)
+    model: nn.Module = GPT(layers, dim, context)
+    parameters = sum(p.numel() for p in model.parameters())
+    if compile:
+        model = torch.compile(model)  # type: ignore[assignment]
+    if mode.startswith("fabric_"):
+        from lightning.fabric import Fabric  # type: ignore[import-not-found]
+
+        runner = Fabric(accelerator="cpu", strategy=mode.removeprefix("fabric_"), devices=2)
+        runner.launch()
+        model, optimizer = runner.setup(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+        backward = runner.backward
+    else:
+        from accelerate import Accelerator  # type: ignore[import-not-found]
+
+        accelerator = Accelerator(cpu=True)
+        model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+        backward = accelerator.backward
+
+    def step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
+        optimizer.zero_grad()
+        backward(_loss(model(tokens), targets))
+        optimizer.step()
+
+    seconds = _loop(step, batches(steps, context, dist.get_rank(), dist.get_world_size()))
+    gc.collect()
+    _report(mode, seconds, steps, context, parameters)
+    dist.destroy_process_group()
+
+
+PEER_MODES = ("fabric_ddp", "accelerate_ddp")
+
+
 def lite_main(lite: Any, mode: str, layers: int, dim: int, context: int, steps: int, compile: bool) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -173,6 +211,9 @@ def main(argv: list[str]) -> None:
     torch.set_num_threads(1)
     if mode == "raw":
         raw(layers, dim, context, steps, compile)
+        return
+    if mode in PEER_MODES:
+        peer(mode, layers, dim, context, steps, compile)
         return
     from core import Lite
 
