@@ -6,8 +6,8 @@ Written only against core's public API, as an outside author would publish it::
     PL_INITIAL_PEERS=/ip4/127.0.0.1/tcp/.../p2p/... python train.py    # every other peer
 """
 
-from core_hivemind._engine import INSTALL, unavailable_reason
-from core_hivemind._strategy import INITIAL_PEERS_ENV, LOOPBACK_MADDRS, HivemindStrategy, peers_from_environment
+from ._engine import INSTALL, unavailable_reason
+from ._strategy import INITIAL_PEERS_ENV, LOOPBACK_MADDRS, HivemindStrategy, peers_from_environment
 
 __all__ = [
     "INITIAL_PEERS_ENV",

@@ -22,7 +22,8 @@ from typing import Any, ClassVar, Final
 import torch
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
-from core_hivemind import _engine
+
+from . import _engine
 
 INITIAL_PEERS_ENV: Final = "PL_INITIAL_PEERS"
 """Lightning's variable for the multiaddrs of running peers, so Lightning users' launch lines keep working."""

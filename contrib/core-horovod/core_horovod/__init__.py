@@ -5,9 +5,9 @@ Written only against core's public API, as an outside author would publish it::
     horovodrun -np 2 -H localhost:2 --gloo python train.py    # train.py: Lite(strategy="horovod")
 """
 
-from core_horovod._engine import INSTALL, unavailable_reason
-from core_horovod._environment import HorovodEnvironment, HorovodRanks, derived_port, read_ranks
-from core_horovod._strategy import HorovodStrategy
+from ._engine import INSTALL, unavailable_reason
+from ._environment import HorovodEnvironment, HorovodRanks, derived_port, read_ranks
+from ._strategy import HorovodStrategy
 
 __all__ = [
     "INSTALL",

@@ -21,7 +21,8 @@ from typing import Any, ClassVar, Final
 import torch
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
-from core_horovod import _engine
+
+from . import _engine
 
 REDUCE_OPS: Final = ("sum", "mean", "max", "min")
 COMPRESSIONS: Final = ("none", "fp16")

@@ -6,6 +6,6 @@ communication hooks on the ``DistributedDataParallel`` module it returns. It wor
 ``ddp_spawn``, ``ddp_fork`` and any third-party strategy that implements that hook, without subclassing any.
 """
 
-from core_powersgd._extension import PowerSGDExtension
+from ._extension import PowerSGDExtension
 
 __all__ = ["PowerSGDExtension"]

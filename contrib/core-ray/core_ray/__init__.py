@@ -9,9 +9,9 @@ failure) and the environment ``ray_worker`` (:class:`RayWorkerEnvironment`, the 
 by auto-detection). Importing this package imports neither torch nor Ray.
 """
 
-from core_ray._engine import INSTALL, unavailable_reason
-from core_ray._environment import RANK_VARIABLES, RayRank, RayWorkerEnvironment, in_ray_rank, read_rank
-from core_ray._launcher import PLACEMENTS, RayLauncher, RayRankFailedError
+from ._engine import INSTALL, unavailable_reason
+from ._environment import RANK_VARIABLES, RayRank, RayWorkerEnvironment, in_ray_rank, read_rank
+from ._launcher import PLACEMENTS, RayLauncher, RayRankFailedError
 
 __all__ = [
     "INSTALL",

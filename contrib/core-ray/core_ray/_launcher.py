@@ -28,8 +28,9 @@ import attrs
 
 from core import ActiveSet, ConfigurationError, CoreError, hookimpl, traits_of
 from core.toolkit import ERROR_FILE_VARIABLE, LISTEN_FD_VARIABLE, PARENT_PID_VARIABLE
-from core_ray import _engine, _worker
-from core_ray._environment import RayRank, in_ray_rank
+
+from . import _engine, _worker
+from ._environment import RayRank, in_ray_rank
 
 PLACEMENTS: Final = ("STRICT_SPREAD", "SPREAD", "PACK", "STRICT_PACK")
 """How the bundles of a multi-node job are spread over Ray nodes (Ray's placement-group strategies)."""

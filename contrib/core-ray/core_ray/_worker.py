@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.toolkit import LISTEN_FD_VARIABLE, bind_listener
-from core_ray._environment import GLOBAL_RANK
+
+from ._environment import GLOBAL_RANK
 
 # Whether a launched function is running in this actor, and the exception that was in flight when it started
 # (None unless the launch itself happened while handling one).

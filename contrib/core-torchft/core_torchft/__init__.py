@@ -9,8 +9,8 @@ Written only against core's public API, as an outside author would publish it::
 Importing this package imports torch but not torchft (that happens when a run starts).
 """
 
-from core_torchft._engine import INSTALL, unavailable_reason
-from core_torchft._strategy import (
+from ._engine import INSTALL, unavailable_reason
+from ._strategy import (
     HOST_VARIABLE,
     LIGHTHOUSE_VARIABLE,
     MANAGER_STATE_KEY,

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from core_torchft import _engine
+from . import _engine
 
 
 def average_over_quorum(manager: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

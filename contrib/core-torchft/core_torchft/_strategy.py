@@ -29,8 +29,9 @@ import torch
 
 from core import ConfigurationError, Supports, hookimpl
 from core.toolkit import SingleDeviceStrategy, bind_listener, is_loopback
-from core_torchft import _engine
-from core_torchft._ddp import FaultTolerantDDP
+
+from . import _engine
+from ._ddp import FaultTolerantDDP
 
 LIGHTHOUSE_VARIABLE: Final = "TORCHFT_LIGHTHOUSE"
 """torchft's own variable for the lighthouse address (``http://host:port``)."""

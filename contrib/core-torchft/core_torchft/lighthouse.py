@@ -16,8 +16,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from core_torchft._engine import submodule
-from core_torchft._strategy import LIGHTHOUSE_VARIABLE
+from ._engine import submodule
+from ._strategy import LIGHTHOUSE_VARIABLE
 
 
 def advertised(bind: str, served: str) -> str:

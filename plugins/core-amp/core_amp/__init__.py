@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core_amp._mixed import (
+from ._mixed import (
     BFLOAT_MIXED_SUPPORTS,
     HALF_MIXED_SUPPORTS,
     MixedPrecision,

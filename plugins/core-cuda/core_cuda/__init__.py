@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core_cuda._accelerator import CUDAAccelerator, visible_device_count
-from core_cuda._devices import cuda_unavailable_reason, describe_visible, parse_cuda_devices, visible_entries
+from ._accelerator import CUDAAccelerator, visible_device_count
+from ._devices import cuda_unavailable_reason, describe_visible, parse_cuda_devices, visible_entries
 
 __all__ = [
     "CUDAAccelerator",

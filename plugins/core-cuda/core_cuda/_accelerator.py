@@ -9,7 +9,8 @@ from typing import Any, Final
 import torch
 
 from core import ConfigurationError, DeviceRequest, PluginUnavailableError, hookimpl
-from core_cuda._devices import cuda_unavailable_reason, parse_cuda_devices
+
+from ._devices import cuda_unavailable_reason, parse_cuda_devices
 
 
 def visible_device_count() -> int:

@@ -6,7 +6,7 @@ pass ``DistributedCheckpointIO(thread_count=..., sync_files=...)`` for options.
 
 from __future__ import annotations
 
-from core_dcp._checkpoint_io import DistributedCheckpointIO
-from core_dcp._layout import SKELETON_KEY, TENSOR_TAG, holds_dtensors
+from ._checkpoint_io import DistributedCheckpointIO
+from ._layout import SKELETON_KEY, TENSOR_TAG, holds_dtensors
 
 __all__ = ["SKELETON_KEY", "TENSOR_TAG", "DistributedCheckpointIO", "holds_dtensors"]

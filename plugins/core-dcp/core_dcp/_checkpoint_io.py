@@ -36,8 +36,9 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from core import CheckpointError, ConfigurationError, CoreError, hookimpl
 from core.toolkit import local_path, safe_torch_load
-from core_dcp._layout import holds_dtensors, join, map_tensors, split
-from core_dcp._safe import METADATA_FILE, FullReadPlanner, SafeReader
+
+from ._layout import holds_dtensors, join, map_tensors, split
+from ._safe import METADATA_FILE, FullReadPlanner, SafeReader
 
 if TYPE_CHECKING:
     from core import ActiveSet

@@ -11,11 +11,11 @@ whether the rank function is failing (so that it does not wait in a collective f
 
 from __future__ import annotations
 
-from core_ddp._dp import DataParallelStrategy
-from core_ddp._errors import CollectiveError, CollectiveTimeoutError, PeerLostError, ProcessFailedError
-from core_ddp._launchers import failing
-from core_ddp._rendezvous import JOB_VARIABLE, RendezvousError
-from core_ddp._strategy import START_METHODS, DDPStrategy
+from ._dp import DataParallelStrategy
+from ._errors import CollectiveError, CollectiveTimeoutError, PeerLostError, ProcessFailedError
+from ._launchers import failing
+from ._rendezvous import JOB_VARIABLE, RendezvousError
+from ._strategy import START_METHODS, DDPStrategy
 
 
 def ddp() -> DDPStrategy:

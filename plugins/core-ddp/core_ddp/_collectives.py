@@ -14,7 +14,7 @@ from typing import Any, Final, TypeVar
 import torch
 import torch.distributed as dist
 
-from core_ddp._errors import translate
+from ._errors import translate
 
 _Result = TypeVar("_Result")
 

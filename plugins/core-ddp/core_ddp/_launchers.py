@@ -39,8 +39,9 @@ from core.toolkit import (
     watch_parent,
     write_failure,
 )
-from core_ddp._errors import ProcessFailedError, is_peer_lost
-from core_ddp._rendezvous import JOB_VARIABLE
+
+from ._errors import ProcessFailedError, is_peer_lost
+from ._rendezvous import JOB_VARIABLE
 
 PREFIX: Final = "core-ddp"
 

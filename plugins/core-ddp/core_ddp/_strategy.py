@@ -19,9 +19,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from core import ConfigurationError, Supports, hookimpl
 from core.toolkit import SingleDeviceStrategy, check_reduce_op, is_interactive
-from core_ddp import _launchers
-from core_ddp._collectives import Communicator
-from core_ddp._rendezvous import host_store, store_for
+
+from . import _launchers
+from ._collectives import Communicator
+from ._rendezvous import host_store, store_for
 
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 """``popen`` re-runs the script as the other ranks; the others start them with ``torch.multiprocessing``."""

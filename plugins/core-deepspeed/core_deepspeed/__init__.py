@@ -11,9 +11,9 @@ Importing this package does not import deepspeed; each process of a run imports 
 
 from __future__ import annotations
 
-from core_deepspeed._checkpoint import load_consolidated
-from core_deepspeed._config import PRECISION_SECTIONS, ZeroSettings
-from core_deepspeed._strategy import DeepSpeedStrategy
+from ._checkpoint import check_weights_only, load_consolidated, read_tag, save_sharded
+from ._config import PRECISION_SECTIONS, ZeroSettings, build_config
+from ._strategy import DeepSpeedStrategy
 
 
 def deepspeed() -> DeepSpeedStrategy:
@@ -50,6 +50,8 @@ __all__ = [
     "PRECISION_SECTIONS",
     "DeepSpeedStrategy",
     "ZeroSettings",
+    "build_config",
+    "check_weights_only",
     "deepspeed",
     "deepspeed_stage_1",
     "deepspeed_stage_2",
@@ -57,4 +59,6 @@ __all__ = [
     "deepspeed_stage_3",
     "deepspeed_stage_3_offload",
     "load_consolidated",
+    "read_tag",
+    "save_sharded",
 ]

@@ -77,6 +77,8 @@ def save_sharded(
 
 
 def read_tag(path: str | Path) -> str:
+    """The tag (subdirectory) that ``path/latest`` names in a DeepSpeed checkpoint directory; a
+    ``CheckpointError`` when ``path`` is not one."""
     latest = Path(path) / "latest"
     if not latest.is_file():
         raise CheckpointError(

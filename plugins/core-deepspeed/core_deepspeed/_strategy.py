@@ -28,8 +28,9 @@ from core_ddp import DDPStrategy, failing
 from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
 from core.toolkit import restore_state as restore
 from core.toolkit import to_checkpoint
-from core_deepspeed import _checkpoint, _import, _release
-from core_deepspeed._config import FLOAT16_PRECISIONS, ZeroSettings, build_config, read_config, zero_stage
+
+from . import _checkpoint, _import, _release
+from ._config import FLOAT16_PRECISIONS, ZeroSettings, build_config, read_config, zero_stage
 
 if TYPE_CHECKING:
     from core import ActiveSet

@@ -11,9 +11,7 @@ from pathlib import Path
 import core_deepspeed
 import pytest
 import torch
-from core_deepspeed import DeepSpeedStrategy, ZeroSettings
-from core_deepspeed._checkpoint import check_weights_only, read_tag, save_sharded
-from core_deepspeed._config import build_config
+from core_deepspeed import DeepSpeedStrategy, ZeroSettings, build_config, check_weights_only, read_tag, save_sharded
 
 import core
 

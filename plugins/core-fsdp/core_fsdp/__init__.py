@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
-from core_fsdp._state import local_elements
-from core_fsdp._strategy import MIXED_PARAMETER_DTYPES, STATE_DICT_TYPES, FSDPStrategy
+from ._state import local_elements
+from ._strategy import MIXED_PARAMETER_DTYPES, STATE_DICT_TYPES, FSDPStrategy
+from ._wrap import units as auto_wrap_units
 
 
 def fsdp() -> FSDPStrategy:
@@ -21,4 +22,12 @@ def fsdp_cpu_offload() -> FSDPStrategy:
     return FSDPStrategy(cpu_offload=True, name="fsdp_cpu_offload")
 
 
-__all__ = ["MIXED_PARAMETER_DTYPES", "STATE_DICT_TYPES", "FSDPStrategy", "fsdp", "fsdp_cpu_offload", "local_elements"]
+__all__ = [
+    "MIXED_PARAMETER_DTYPES",
+    "STATE_DICT_TYPES",
+    "FSDPStrategy",
+    "auto_wrap_units",
+    "fsdp",
+    "fsdp_cpu_offload",
+    "local_elements",
+]

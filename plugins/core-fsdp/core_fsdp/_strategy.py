@@ -36,9 +36,10 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
 
 from core import ConfigurationError, Supports, hookimpl
-from core_fsdp._release import ModuleRecord, release, snapshot
-from core_fsdp._state import gather_full, install_module_load_hook, install_optimizer_load_hook
-from core_fsdp._wrap import AutoWrapPolicy, predicate, shard
+
+from ._release import ModuleRecord, release, snapshot
+from ._state import gather_full, install_module_load_hook, install_optimizer_load_hook
+from ._wrap import AutoWrapPolicy, predicate, shard
 
 STATE_DICT_TYPES: Final = ("sharded", "full")
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from core_fsdp import FSDPStrategy
-from core_fsdp._wrap import units
+from core_fsdp import FSDPStrategy, auto_wrap_units
 from fsdp_job import architecture
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -113,14 +112,14 @@ def network() -> torch.nn.Sequential:
 
 def test_auto_wrap_by_class_by_parameter_count_and_by_function() -> None:
     root = network()
-    assert units(root, None) == []
-    assert units(root, {Block}) == [root[0], root[1]]
+    assert auto_wrap_units(root, None) == []
+    assert auto_wrap_units(root, {Block}) == [root[0], root[1]]
     # Innermost first: a Linear inside a Block is its own unit before the Block would be considered.
-    assert units(root, {Block, torch.nn.Linear}) == [root[0].inner, root[0], root[1].inner, root[1], root[2]]
+    assert auto_wrap_units(root, {Block, torch.nn.Linear}) == [root[0].inner, root[0], root[1].inner, root[1], root[2]]
     # 72 parameters in a Linear(8, 8), 16 in the norm: a Block holds 88, the last Linear 18.
-    assert units(root, 80) == [root[0], root[1]]
-    assert units(root, 70) == [root[0].inner, root[1].inner]
-    assert units(root, lambda module: isinstance(module, torch.nn.LayerNorm)) == [root[0].norm, root[1].norm]
+    assert auto_wrap_units(root, 80) == [root[0], root[1]]
+    assert auto_wrap_units(root, 70) == [root[0].inner, root[1].inner]
+    assert auto_wrap_units(root, lambda module: isinstance(module, torch.nn.LayerNorm)) == [root[0].norm, root[1].norm]
 
 
 @pytest.mark.parametrize(

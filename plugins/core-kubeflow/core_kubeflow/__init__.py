@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from core_kubeflow._environment import KubeflowEnvironment
+from ._environment import KubeflowEnvironment
 
 __all__ = ["KubeflowEnvironment"]

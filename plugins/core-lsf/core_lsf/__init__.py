@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from core_lsf._environment import LSFEnvironment, compute_hosts
+from ._environment import LSFEnvironment, compute_hosts
 
 __all__ = ["LSFEnvironment", "compute_hosts"]

@@ -12,8 +12,8 @@ Public API for strategies that build a mesh of their own (core-pipeline): :class
 
 from __future__ import annotations
 
-from core_model_parallel._mesh import AUTO, DATA_PARALLEL, MeshShape, check_size, mesh_shape
-from core_model_parallel._strategy import MESH_DIMENSIONS, TENSOR_PARALLEL, ModelParallelStrategy
+from ._mesh import AUTO, DATA_PARALLEL, MeshShape, check_size, mesh_shape
+from ._strategy import MESH_DIMENSIONS, TENSOR_PARALLEL, ModelParallelStrategy
 
 
 def model_parallel() -> ModelParallelStrategy:

@@ -27,7 +27,8 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from core import CoreError
-from core_model_parallel._state import whole
+
+from ._state import whole
 
 # Instance attributes fully_shard and distribute_module set (torch 2.6 to 2.13); state keys carry a uuid.
 _ADDED_ATTRIBUTES: Final = frozenset({"_is_fsdp_managed_module", "_fsdp_use_orig_params", "_distribute_module_applied"})

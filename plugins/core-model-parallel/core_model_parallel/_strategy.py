@@ -37,9 +37,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
-from core_model_parallel._mesh import DATA_PARALLEL, MeshShape, check_size, mesh_shape
-from core_model_parallel._release import release
-from core_model_parallel._state import (
+
+from ._mesh import DATA_PARALLEL, MeshShape, check_size, mesh_shape
+from ._release import release
+from ._state import (
     gather_full,
     holds_placed_tensors,
     install_module_load_hook,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core_mpi._environment import MPIEnvironment
-from core_mpi._variables import FLAVOURS, MPIRanks, read_ranks, rendezvous_port
+from ._environment import MPIEnvironment
+from ._variables import FLAVOURS, MPIRanks, hnp_address, read_ranks, rendezvous_port
 
-__all__ = ["FLAVOURS", "MPIEnvironment", "MPIRanks", "read_ranks", "rendezvous_port"]
+__all__ = ["FLAVOURS", "MPIEnvironment", "MPIRanks", "hnp_address", "read_ranks", "rendezvous_port"]

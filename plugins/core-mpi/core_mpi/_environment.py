@@ -17,7 +17,8 @@ from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
 from core.toolkit import ExportedVariables
-from core_mpi._variables import MPIRanks, detect_flavour, hnp_address, read_ranks, rendezvous_port
+
+from ._variables import MPIRanks, detect_flavour, hnp_address, read_ranks, rendezvous_port
 
 LOOPBACK: Final = "127.0.0.1"
 

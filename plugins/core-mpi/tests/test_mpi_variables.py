@@ -6,8 +6,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from core_mpi import MPIEnvironment, read_ranks, rendezvous_port
-from core_mpi._variables import hnp_address
+from core_mpi import MPIEnvironment, hnp_address, read_ranks, rendezvous_port
 
 from core import ClusterInfo, ConfigurationError
 

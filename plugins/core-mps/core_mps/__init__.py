@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from core_mps._accelerator import MPS_SUPPORTS, MPSAccelerator, mps_unavailable_reason, parse_mps_devices
+from ._accelerator import MPS_SUPPORTS, MPSAccelerator, mps_unavailable_reason, parse_mps_devices
 
 __all__ = ["MPS_SUPPORTS", "MPSAccelerator", "mps_unavailable_reason", "parse_mps_devices"]

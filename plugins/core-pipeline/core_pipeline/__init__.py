@@ -9,9 +9,9 @@ pass; the ``pipeline`` alias alone has no split and says so.
 
 from __future__ import annotations
 
-from core_pipeline._module import PipelineModule
-from core_pipeline._split import Split, prune, split_at, view
-from core_pipeline._strategy import MESH_DIMENSIONS, PIPELINE_PARALLEL, SCHEDULES, PipelineStrategy
+from ._module import PipelineModule
+from ._split import Split, prune, split_at, view
+from ._strategy import MESH_DIMENSIONS, PIPELINE_PARALLEL, SCHEDULES, PipelineStrategy
 
 
 def pipeline() -> PipelineStrategy:

@@ -37,7 +37,8 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from core import ActiveSet, CheckpointError, ConfigurationError, Supports, hookimpl
 from core.toolkit import PRECISION_KEY, is_stateful, restore_state, to_checkpoint
-from core_pipeline._layout import (
+
+from ._layout import (
     OptimizerLayout,
     by_name,
     cpu_state,
@@ -46,8 +47,8 @@ from core_pipeline._layout import (
     numbered,
     whole_groups,
 )
-from core_pipeline._module import PipelineModule
-from core_pipeline._split import StageFn, prune, split_at, stage_modules
+from ._module import PipelineModule
+from ._split import StageFn, prune, split_at, stage_modules
 
 PIPELINE_PARALLEL: Final = "pipeline_parallel"
 MESH_DIMENSIONS: Final = (DATA_PARALLEL, PIPELINE_PARALLEL)

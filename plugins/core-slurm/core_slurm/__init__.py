@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-from core_slurm._environment import SLURMEnvironment, is_interactive, is_slurm_task, main_address, main_port
-from core_slurm._hostlist import expand_hostlist, first_host, iter_hostlist
-from core_slurm._requeue import RequeueCallback, RequeueHandler, requeue_job, requeue_target
+from ._environment import SLURMEnvironment, is_interactive, is_slurm_task, main_address, main_port
+from ._hostlist import expand_hostlist, first_host, iter_hostlist
+from ._requeue import RequeueCallback, RequeueHandler, requeue_job, requeue_target
 
 __all__ = [
     "RequeueCallback",

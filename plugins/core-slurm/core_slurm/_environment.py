@@ -26,8 +26,9 @@ from typing import Any, Final
 
 from core import ClusterInfo, ConfigurationError, CoreWarning, hookimpl
 from core.toolkit import ExportedVariables
-from core_slurm._hostlist import first_host
-from core_slurm._requeue import RequeueCallback, RequeueHandler
+
+from ._hostlist import first_host
+from ._requeue import RequeueCallback, RequeueHandler
 
 INTERACTIVE_JOB_NAMES: Final = ("bash", "interactive")
 PORT_BASE: Final = 15000

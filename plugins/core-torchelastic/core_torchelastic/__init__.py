@@ -5,6 +5,6 @@ Detected first of all environments, since torchrun may itself run inside a SLURM
 
 from __future__ import annotations
 
-from core_torchelastic._environment import TorchElasticEnvironment, is_torchrun_process
+from ._environment import TorchElasticEnvironment, is_torchrun_process
 
 __all__ = ["TorchElasticEnvironment", "is_torchrun_process"]

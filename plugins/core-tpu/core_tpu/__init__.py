@@ -6,9 +6,9 @@ themselves on machines without it.
 
 from __future__ import annotations
 
-from core_tpu._accelerator import TPU_SUPPORTS, XLA_STRATEGIES, TPUAccelerator
-from core_tpu._runtime import XLAProbe, parse_xla_devices, probe, xla_unavailable_reason
-from core_tpu._strategies import XLA_STRATEGY_SUPPORTS, SingleXLAStrategy, XLAStrategy
+from ._accelerator import TPU_SUPPORTS, XLA_STRATEGIES, TPUAccelerator
+from ._runtime import XLAProbe, parse_xla_devices, probe, xla_unavailable_reason
+from ._strategies import XLA_STRATEGY_SUPPORTS, SingleXLAStrategy, XLAStrategy
 
 __all__ = [
     "TPU_SUPPORTS",

@@ -8,7 +8,8 @@ from typing import Final
 import torch
 
 from core import DeviceRequest, PluginUnavailableError, Supports, hookimpl
-from core_tpu import _runtime
+
+from . import _runtime
 
 XLA_STRATEGIES: Final = frozenset({"xla", "single_xla"})
 

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from core.toolkit import apply_to_tensors
-from core_tpu._runtime import xla
+
+from ._runtime import xla
 
 
 def export_ranks() -> None:

@@ -16,8 +16,9 @@ import torch
 
 from core import ConfigurationError, Supports, hookimpl
 from core.toolkit import SingleDeviceStrategy, apply_to_tensors, check_reduce_op
-from core_tpu import _launcher
-from core_tpu._runtime import xla
+
+from . import _launcher
+from ._runtime import xla
 
 if TYPE_CHECKING:
     from core import ActiveSet

@@ -88,10 +88,9 @@ def test_xla_strategies_refuse_other_accelerators_naming_both_and_the_way_out(st
 @pytest.fixture
 def four_tpu_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replace only the hardware query: torch_xla importable, a TPU runtime with 4 devices."""
-    import core_tpu._runtime
-
     tpu_host = XLAProbe(import_error=None, device_type="TPU", device_count=4)
-    monkeypatch.setattr(core_tpu._runtime, "probe", lambda: tpu_host)
+    # The hardware query is the one seam a test without a TPU must replace: where the plugin looks it up.
+    monkeypatch.setattr("core_tpu._runtime.probe", lambda: tpu_host)
 
 
 def test_with_a_tpu_auto_picks_it_first_and_xla_strategies_resolve(four_tpu_devices: None) -> None:
