@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -133,3 +134,19 @@ def test_the_plugin_template_uses_only_public_names(tmp_path: Path, kind: str) -
     private = [f"{path.name}:{line}: {module}" for path in files for line, module in imported_modules(path)
                if module.split(".")[0].startswith("core") and is_private(module) and not module.startswith("core_mine")]
     assert private == []
+
+
+def test_no_plugin_file_names_a_private_module_by_its_absolute_path() -> None:
+    """A plugin reaches its own private modules relatively (``from ._strategy import ...``) and nothing else private:
+    no import line under plugins/ or contrib/, sources and tests alike, names ``core._*``, ``core.builtin`` or
+    ``core_<name>._*`` (which an outside author copying the file would take as importable)."""
+    pattern = re.compile(r"^\s*(from|import)\s+(core\._|core\.builtin|core_[a-z0-9_]+\._)")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for top in ("plugins", "contrib")
+        for path in sorted((ROOT / top).rglob("*.py"))
+        if ".egg-info" not in str(path)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.match(line)
+    ]
+    assert found == [], "import through the package's public names or relatively:\n" + "\n".join(found)
