@@ -27,12 +27,7 @@ HALF = nd.STEPS // 2
 
 @pytest.fixture(scope="module")
 def reference() -> tuple[list[float], dict[str, torch.Tensor]]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return nd.reference_losses()
-    finally:
-        torch.set_num_threads(threads)
+    return nd.reference_losses()
 
 
 @pytest.fixture(scope="module")

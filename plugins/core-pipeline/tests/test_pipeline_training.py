@@ -23,12 +23,7 @@ TOTAL_ELEMENTS = 54464  # parameters of nd_transformer.TinyTransformer
 
 @pytest.fixture(scope="module")
 def reference() -> tuple[list[float], dict[str, torch.Tensor]]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return nd.reference_losses()
-    finally:
-        torch.set_num_threads(threads)
+    return nd.reference_losses()
 
 
 def reports(directory: Path, mode: str) -> list[dict[str, Any]]:

@@ -119,7 +119,19 @@ def parallelize(module: nn.Module, device_mesh: Any) -> nn.Module:
 
 
 def reference_losses(steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """One process, plain PyTorch, the global batch: the losses and weights every strategy must reproduce."""
+    """One process, plain PyTorch, the global batch: the losses and weights every strategy must reproduce.
+
+    Runs on one torch thread, as every rank of the jobs does (the reduction order is then the same); the caller's
+    thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _reference_losses(steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _reference_losses(steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     network = model()
     adam = optimizer(network.parameters())
     loader = torch.utils.data.DataLoader(dataset(steps), batch_size=GLOBAL_BATCH)
