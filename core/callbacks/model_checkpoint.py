@@ -187,9 +187,7 @@ class ModelCheckpoint(Callback):
             self.last_model_path = last
         if path is not None or self.save_last:
             for logger in trainer.loggers:  # as Lightning: loggers that upload checkpoints pick them up here
-                after_save = getattr(logger, "after_save_checkpoint", None)
-                if after_save is not None:
-                    after_save(self)
+                logger.after_save_checkpoint(self)
 
     def _directory(self) -> str:
         if self.dirpath is None:
