@@ -2,14 +2,17 @@
 
     python -m bench.gpt_worker MODE LAYERS DIM CONTEXT STEPS [--compile]
 
-``MODE`` is ``raw`` (plain ``DistributedDataParallel``, to be started under torchrun), a Lite strategy:
+``MODE`` is ``raw`` (plain ``DistributedDataParallel``, to be started under torchrun), ``paired`` (raw DDP and
+Lite ``ddp`` in the same two processes, alternating blocks of steps: :func:`paired`), a Lite strategy:
 ``ddp``, ``fsdp``, ``deepspeed_stage_2``, ``deepspeed_stage_3``, ``model_parallel_1x2`` / ``model_parallel_2x1``
 (data-parallel x tensor-parallel, core-model-parallel), or a peer under torchrun in the peers' environment
 (``make bench-peers``): ``fabric_ddp`` (Lightning Fabric), ``accelerate_ddp`` (HF Accelerate). Fabric's ``fsdp``
 refuses a CPU accelerator ("FSDP is only available on GPU"), so it has no row here. The global batch is
 ``GLOBAL_BATCH`` sequences of ``CONTEXT`` tokens per step whatever the layout; tokens come from a fixed seed (no
 download). Global rank 0 prints one JSON line
-``{"mode": ..., "tokens_per_s": ..., "peak_mb": [...per rank], "parameters": ...}``.
+``{"mode": ..., "tokens_per_s": ..., "peak_mb": [...per rank], "held_mb": [...per rank], "parameters": ...}``:
+``held_mb`` is what the rank holds of the parameters and the optimizer state after the steps (the local shard of a
+``DTensor``), ``None`` under DeepSpeed, whose flat fp32 partitions live outside the parameter objects.
 """
 
 from __future__ import annotations
@@ -101,12 +104,26 @@ def _loop(step: Any, data: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
     return time.perf_counter() - start
 
 
-def _report(mode: str, seconds: float, steps: int, context: int, parameters: int) -> None:
+def _local_bytes(tensor: torch.Tensor) -> int:
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # a DTensor's shard on this rank
+    return local.numel() * local.element_size()
+
+
+def held_mb(model: nn.Module, optimizer: Any) -> float:
+    """Megabytes of parameters and optimizer state this rank holds (its shards, under sharding strategies)."""
+    state = getattr(optimizer, "optimizer", optimizer).state  # Lite's optimizer wraps the user's
+    tensors = [value for entry in state.values() for value in entry.values() if isinstance(value, torch.Tensor)]
+    return (sum(_local_bytes(p) for p in model.parameters()) + sum(_local_bytes(t) for t in tensors)) / 1e6
+
+
+def _report(mode: str, seconds: float, steps: int, context: int, parameters: int, held: float | None) -> None:
     peaks: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(peaks, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    helds: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(helds, held)
     if dist.get_rank() == 0:
         line = {"mode": mode, "tokens_per_s": GLOBAL_BATCH * context * steps / seconds, "peak_mb": peaks,
-                "parameters": parameters}
+                "held_mb": helds, "parameters": parameters}
         print(json.dumps(line), flush=True)
 
 
@@ -129,7 +146,8 @@ def raw(layers: int, dim: int, context: int, steps: int, compile: bool) -> None:
 
     data = batches(steps, context, dist.get_rank(), dist.get_world_size())
     seconds = _loop(step, data)
-    _report("raw", seconds, steps, context, sum(p.numel() for p in model.parameters()))
+    parameters = sum(p.numel() for p in model.parameters())
+    _report("raw", seconds, steps, context, parameters, held_mb(model, optimizer))
     dist.destroy_process_group()
 
 
@@ -138,11 +156,13 @@ def peer(mode: str, layers: int, dim: int, context: int, steps: int, compile: bo
     torch.manual_seed(0)
     model: nn.Module = GPT(layers, dim, context)
     parameters = sum(p.numel() for p in model.parameters())
+    if mode.startswith("fabric_"):
+        # Fabric records torch.compile's arguments through a patch installed when lightning is imported; a model
+        # compiled before that import fails in setup ("Make sure to import lightning before torch.compile").
+        from lightning.fabric import Fabric  # type: ignore[import-not-found]
     if compile:
         model = torch.compile(model)  # type: ignore[assignment]
     if mode.startswith("fabric_"):
-        from lightning.fabric import Fabric  # type: ignore[import-not-found]
-
         runner = Fabric(accelerator="cpu", strategy=mode.removeprefix("fabric_"), devices=2)
         runner.launch()
         model, optimizer = runner.setup(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
@@ -161,23 +181,70 @@ def peer(mode: str, layers: int, dim: int, context: int, steps: int, compile: bo
 
     seconds = _loop(step, batches(steps, context, dist.get_rank(), dist.get_world_size()))
     gc.collect()
-    _report(mode, seconds, steps, context, parameters)
+    _report(mode, seconds, steps, context, parameters, held_mb(model, optimizer))
     dist.destroy_process_group()
 
 
 PEER_MODES = ("fabric_ddp", "accelerate_ddp")
+PAIRED_BLOCKS, PAIRED_STEPS = 12, 4
+
+
+def paired(lite: Any, layers: int, dim: int, context: int, steps: int, compile: bool) -> None:
+    """Raw DDP and Lite ``ddp`` in one job on the same process group, alternating blocks of ``PAIRED_STEPS`` steps.
+
+    Both models start from the same weights and see the same batches; each block pair runs back to back, so the
+    machine's drift between jobs (+-3 % here) cancels out of the paired ratios. ``steps`` is unused: the job runs
+    ``PAIRED_BLOCKS`` pairs. Prints ``{"mode": "paired", "raw": [s per block...], "framework": [...]}``."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    reference = GPT(layers, dim, context)
+    raw_model: nn.Module = nn.parallel.DistributedDataParallel(reference)
+    ours: nn.Module = GPT(layers, dim, context)
+    ours.load_state_dict(reference.state_dict())
+    if compile:
+        raw_model = torch.compile(raw_model)  # type: ignore[assignment]
+        ours = torch.compile(ours)  # type: ignore[assignment]
+    raw_optimizer = torch.optim.AdamW(raw_model.parameters(), lr=1e-3)
+    ours, optimizer = lite.setup(ours, torch.optim.AdamW(ours.parameters(), lr=1e-3))
+
+    def raw_step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
+        raw_optimizer.zero_grad()
+        _loss(raw_model(tokens), targets).backward()
+        raw_optimizer.step()
+
+    def lite_step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
+        optimizer.zero_grad()
+        lite.backward(_loss(ours(tokens), targets))
+        optimizer.step()
+
+    data = batches(PAIRED_STEPS - WARMUP, context, lite.global_rank, lite.world_size)  # PAIRED_STEPS batches
+    timings: dict[str, list[float]] = {"raw": [], "framework": []}
+    for block in range(PAIRED_BLOCKS + 1):  # block 0 warms both up (and compiles) and is not counted
+        for name, step in (("raw", raw_step), ("framework", lite_step)) if block % 2 else (
+            ("framework", lite_step), ("raw", raw_step)
+        ):  # alternate which goes first, so neither always follows the other
+            dist.barrier()
+            start = time.perf_counter()
+            for tokens, targets in data:
+                step(tokens, targets)
+            if block:
+                timings[name].append(time.perf_counter() - start)
+    if lite.global_rank == 0:
+        print(json.dumps({"mode": "paired", **timings}), flush=True)
 
 
 def lite_main(lite: Any, mode: str, layers: int, dim: int, context: int, steps: int, compile: bool) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     parameters = sum(p.numel() for p in GPT(layers, dim, context).parameters())
-    seconds = _lite_train(lite, mode, layers, dim, context, steps, compile)
+    seconds, held = _lite_train(lite, mode, layers, dim, context, steps, compile)
     gc.collect()  # free sharded modules before the strategy's teardown destroys the group (see memory_worker)
-    _report(mode, seconds, steps, context, parameters)
+    _report(mode, seconds, steps, context, parameters, held)
 
 
-def _lite_train(lite: Any, mode: str, layers: int, dim: int, context: int, steps: int, compile: bool) -> float:
+def _lite_train(
+    lite: Any, mode: str, layers: int, dim: int, context: int, steps: int, compile: bool
+) -> tuple[float, float | None]:
     torch.manual_seed(0)
     model: nn.Module = GPT(layers, dim, context)
     if compile:
@@ -192,7 +259,8 @@ def _lite_train(lite: Any, mode: str, layers: int, dim: int, context: int, steps
         lite.backward(_loss(model(tokens), targets))
         optimizer.step()
 
-    return _loop(step, batches(steps, context, data_rank, data_size))
+    seconds = _loop(step, batches(steps, context, data_rank, data_size))
+    return seconds, None if mode.startswith("deepspeed") else held_mb(model, optimizer)
 
 
 def strategy_for(mode: str) -> Any:
@@ -218,7 +286,10 @@ def main(argv: list[str]) -> None:
     from core import Lite
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    lite = Lite(accelerator="cpu", strategy=strategy_for(mode), devices=2)
+    lite = Lite(accelerator="cpu", strategy=strategy_for("ddp" if mode == "paired" else mode), devices=2)
+    if mode == "paired":
+        lite.launch(paired, layers, dim, context, steps, compile)
+        return
     lite.launch(lite_main, mode, layers, dim, context, steps, compile)
 
 

@@ -34,7 +34,14 @@ def test_bench_tiny_run_writes_both_reports(tmp_path: Path) -> None:
     assert 0.49 < rows["parameters + gradients + Adam state held per rank"]["ratio"] < 0.51, rows
     # Lite against the raw loop in one job, single process and DDP: both loops ran the same number of blocks.
     in_job = [row for row in payload["results"] if "alternating blocks in one job" in row["name"]]
-    assert len(in_job) == 2 and all("1 blocks of" in row["note"] for row in in_job), in_job
+    assert len(in_job) == 3 and all("1 blocks of" in row["note"] for row in in_job[:2]), in_job
+    # ... and the GPT under raw DDP and Lite ddp in the same two processes, 12 pairs of blocks.
+    assert "1 jobs x 12 block pairs" in in_job[2]["note"] and "Lite ddp eager vs raw DDP eager" in in_job[2]["name"]
+    # Parameters + optimizer state each rank holds: ddp as much as raw DDP, fsdp about half of ddp's.
+    held = {row["name"].split(" vs ")[0]: row["ratio"] for row in payload["results"]
+            if "state held per rank" in row["name"] and "GPT" in row["name"]}
+    assert held["parameters + optimizer state held per rank, Lite ddp eager"] == 1.0, held
+    assert 0.45 < held["parameters + optimizer state held per rank, Lite fsdp eager"] < 0.6, held
     # The GPT workload: Lite ddp and fsdp against raw DDP, and the tokens/s plot linked from the report.
     gpt = [row["name"] for row in payload["results"] if row["name"].startswith("tokens/s, Lite")]
     assert any(" ddp eager vs raw DDP" in name for name in gpt) and any(" fsdp eager" in name for name in gpt), gpt
