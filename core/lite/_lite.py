@@ -152,7 +152,7 @@ def _unwrapped(state: Mapping[str, Any]) -> dict[str, Any]:
     objects = {}
     for key, value in state.items():
         if isinstance(value, LiteModule):
-            value = value.__dict__["_forward"]
+            value = value.__dict__["_strategy_module"]
         elif isinstance(value, LiteOptimizer):
             value = value.optimizer
         objects[key] = value
@@ -479,14 +479,16 @@ class Lite:
     def _wrap_module(
         self, forward_module: torch.nn.Module, converted: torch.nn.Module, compile: bool = False
     ) -> LiteModule:
+        strategy_module = forward_module
         if compile:
             # torch.compile'd by the user: the strategy wrapped the plain module, and the wrapped one is compiled
-            # now (after DDP wrapping / FSDP sharding, as torch recommends). State dicts stay the plain module's.
+            # now (after DDP wrapping / FSDP sharding, as torch recommends). State dicts stay the plain module's;
+            # the strategy's hooks keep receiving the module its setup returned (a DeepSpeed engine finds itself).
             forward_module = cast(torch.nn.Module, torch.compile(forward_module))
         self._module_count += 1
         # backward() without model= refers to the one module, as long as there is only one.
-        self._single_module = forward_module if self._module_count == 1 else None
-        return LiteModule(forward_module, converted, self._hooks)
+        self._single_module = strategy_module if self._module_count == 1 else None
+        return LiteModule(forward_module, converted, self._hooks, strategy_module)
 
     def setup_optimizers(self, *optimizers: torch.optim.Optimizer) -> LiteOptimizer | tuple[LiteOptimizer, ...]:
         """Let the strategy set up each optimizer; returns one optimizer, or a tuple of several."""
@@ -566,7 +568,7 @@ class Lite:
         if model is None:
             module = self._single_module
         else:
-            module = model.__dict__.get("_forward", model) if isinstance(model, LiteModule) else model
+            module = model.__dict__["_strategy_module"] if isinstance(model, LiteModule) else model
         self._hooks.strategy_backward(tensor=tensor, module=module)
 
     def clip_gradients(
@@ -624,8 +626,8 @@ class Lite:
             )
         if not enabled:
             return nullcontext()
-        forward_module = module.__dict__["_forward"]
-        context: AbstractContextManager[Any] = self._hooks.strategy_block_backward_sync(module=forward_module)
+        strategy_module = module.__dict__["_strategy_module"]
+        context: AbstractContextManager[Any] = self._hooks.strategy_block_backward_sync(module=strategy_module)
         return context
 
     @contextmanager

@@ -27,9 +27,18 @@ class LiteModule(torch.nn.Module):
     checkpoint has the same keys with and without ``Lite``.
     """
 
-    def __init__(self, forward_module: torch.nn.Module, original_module: torch.nn.Module, hooks: BoundHooks) -> None:
+    def __init__(
+        self,
+        forward_module: torch.nn.Module,
+        original_module: torch.nn.Module,
+        hooks: BoundHooks,
+        strategy_module: torch.nn.Module | None = None,
+    ) -> None:
         super().__init__()
         self._forward_module = forward_module
+        # What the strategy's setup returned: the module it is handed back (backward, no_sync, checkpoints). It differs
+        # from the forward module when Lite compiled the strategy's module for a torch.compile'd model.
+        self.__dict__["_strategy_module"] = forward_module if strategy_module is None else strategy_module
         # Not registered as a submodule: its parameters are reached through the forward module already.
         self.__dict__["_original_module"] = original_module
         # A plain reference as well, so that each forward skips nn.Module's attribute lookup.

@@ -373,6 +373,11 @@ class DeepSpeedStrategy(DDPStrategy):
         engine, module_key, optimizer_key = owned
         if weights_only:
             _checkpoint.check_weights_only(path)
+        if optimizer_key is None and not hasattr(engine.optimizer, "_restore_from_bit16_weights"):
+            # A stage-3 engine set up without an optimizer (for evaluation): DeepSpeed's load_checkpoint calls a
+            # method its ZeRO offload object lacks (AttributeError in deepspeed 0.18). Its weights live in the
+            # optimizer shards, so rebuild them in full (zero_to_fp32) and let every rank take its partition.
+            return self._load_module_only(engine, path, state, module_key, strict)
         loaded_from, client_state = engine.load_checkpoint(
             path,
             load_module_strict=strict,
@@ -393,6 +398,29 @@ class DeepSpeedStrategy(DDPStrategy):
             )
         others = {key: value for key, value in state.items() if key not in (module_key, optimizer_key)}
         remaining = restore(others, dict(meta["state"]), strict, path)
+        state.update(others)
+        return remaining
+
+    def _load_module_only(
+        self, engine: Any, path: str, state: dict[str, Any], module_key: str, strict: bool
+    ) -> dict[str, Any]:
+        saved = _checkpoint.load_consolidated(path, weights_only=False)  # checked above when asked
+        if module_key not in saved:
+            raise CheckpointError(
+                f"The checkpoint {path!r} holds the module under {sorted(saved)!r}, but the state passes it as "
+                f"{module_key!r}; use the key it was saved with."
+            )
+        weights = saved.pop(module_key)
+        with self.deepspeed.zero.GatheredParameters(list(engine.module.parameters()), modifier_rank=0):
+            mismatch = engine.module.load_state_dict(weights, strict=False)
+        if strict and (mismatch.missing_keys or mismatch.unexpected_keys):
+            raise CheckpointError(
+                f"The checkpoint {path!r} does not fit the module {module_key!r}: missing keys "
+                f"{mismatch.missing_keys[:5]}, unexpected keys {mismatch.unexpected_keys[:5]}. Load with strict=False "
+                f"to take the keys that match."
+            )
+        others = {key: value for key, value in state.items() if key != module_key}
+        remaining = restore(others, saved, strict, path)
         state.update(others)
         return remaining
 

@@ -150,7 +150,16 @@ def resume(lite: core.Lite, out: Path) -> dict[str, Any]:
     state: dict[str, Any] = {"model": model, "optimizer": optimizer, "step": 0}
     remaining = lite.load(out / "ckpt", state)
     losses = train_steps(lite, model, optimizer, range(state["step"], STEPS))
-    return {"losses": losses, "step": state["step"], "remaining": remaining, "weights": full_weights(model.module)}
+    # The same checkpoint into a module set up alone (an evaluation engine: no optimizer shards of its own).
+    with lite.init_module(empty_init=True):
+        fresh = network(hidden=64)
+    evaluator = lite.setup(fresh)
+    evaluation: dict[str, Any] = {"model": evaluator, "step": 0}
+    lite.load(out / "ckpt", evaluation)
+    with torch.no_grad():
+        evaluated = evaluator(torch.linspace(-1, 1, 30).reshape(3, 10))
+    return {"losses": losses, "step": state["step"], "remaining": remaining, "weights": full_weights(model.module),
+            "evaluator_output": evaluated, "evaluator_step": evaluation["step"]}
 
 
 MODES = {"equivalence": equivalence, "sharded": sharded, "resume": resume}
