@@ -15,7 +15,7 @@ from bench._harness import Result
 from bench.overhead import PY, TORCHRUN, paired_ratio, run_blocks
 
 STRATEGIES = ("ddp", "fsdp", "model_parallel_1x2", "model_parallel_2x1", "deepspeed_stage_2", "deepspeed_stage_3")
-COMPILED = ("ddp", "fsdp", "model_parallel_1x2", "model_parallel_2x1")  # also run compiled (compile before setup)
+COMPILED = ("ddp", "fsdp", "model_parallel_1x2", "model_parallel_2x1", "deepspeed_stage_2", "deepspeed_stage_3")
 FULL = (6, 256, 128)  # layers, d_model, context
 TINY = (1, 32, 16)
 TINY_STRATEGIES = ("ddp", "fsdp")
