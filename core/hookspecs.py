@@ -334,6 +334,22 @@ def strategy_setup_module(module: torch.nn.Module) -> torch.nn.Module:
 
 
 @hookspec(firstresult=True)
+def strategy_compile(module: torch.nn.Module) -> torch.nn.Module | None:
+    """Compile a set-up module the way this strategy's engine compiles best (the user passed a compiled model).
+
+    :param module: What :func:`strategy_setup_module` (or :func:`strategy_setup_module_and_optimizers`) returned
+        for a module the user had passed through ``torch.compile``.
+    :return: The module to run the forward pass through, compiled (the same object when compiled in place, as
+        ``torch.nn.Module.compile`` does); ``None`` to let Lite compile the whole module with ``torch.compile``.
+
+    Implemented by strategies that compile parts of the module (FSDP2: each sharded block, as torch
+    recommends) or through their engine (DeepSpeed's ``engine.compile()``, which leaves the engine's own hooks
+    eager); optional. Called once per compiled module by ``Lite.setup`` / ``Lite.setup_module``, after the module
+    was set up. Added in contract 1 before its first release. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
 def strategy_setup_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """Prepare an optimizer for this strategy.
 

@@ -45,6 +45,8 @@ def run(out: Path, strategy: str, mode: str) -> dict[str, object]:
             importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed")]),
         pytest.param("fsdp", marks=[pytest.mark.distributed, pytest.mark.skipif(
             importlib.util.find_spec("core_fsdp") is None, reason="core-fsdp is not installed")]),
+        pytest.param("fsdp_blocks", marks=[pytest.mark.distributed, pytest.mark.skipif(
+            importlib.util.find_spec("core_fsdp") is None, reason="core-fsdp is not installed")]),
         # The strategy's hooks get the engine deepspeed.initialize returned, not Lite's compiled wrapper around it.
         pytest.param("deepspeed_stage_2", marks=[pytest.mark.distributed, pytest.mark.skipif(
             importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")]),
@@ -60,3 +62,9 @@ def test_a_compiled_model_trains_like_the_eager_one_and_checkpoints_plain_keys(t
     for name, value in eager["weights"].items():  # type: ignore[attr-defined]
         torch.testing.assert_close(compiled["weights"][name], value, atol=ATOL, rtol=0)  # type: ignore[index]
         torch.testing.assert_close(compiled["reloaded"][name], compiled["weights"][name], atol=0, rtol=0)  # type: ignore[index]
+    # fsdp with blocks compiles each sharded block in place and leaves the root eager (torch's advice for FSDP2);
+    # DeepSpeed compiles the module inside its engine (engine.compile()); elsewhere Lite compiles the whole module
+    # (a wrapper around it: no submodule compiled in place).
+    in_place = {"fsdp_blocks": ["0", "2"], "deepspeed_stage_2": [""]}.get(strategy, [])
+    assert compiled["compiled_blocks"] == in_place, compiled["compiled_blocks"]
+    assert eager["compiled_blocks"] == []

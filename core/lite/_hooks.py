@@ -76,6 +76,7 @@ class BoundHooks:
         "strategy_barrier",
         "strategy_block_backward_sync",
         "strategy_broadcast",
+        "strategy_compile",
         "strategy_distributed_sampler_kwargs",
         "strategy_launch",
         "strategy_load_checkpoint",
@@ -129,6 +130,7 @@ class BoundHooks:
         # Optional hooks of strategies that own an engine (DeepSpeed); None sends Lite down the usual path.
         self.strategy_setup_module_and_optimizers: Hook = bind("strategy_setup_module_and_optimizers", default=_nothing)
         self.strategy_save_state: Hook = bind("strategy_save_state", default=_nothing)
+        self.strategy_compile: Hook = bind("strategy_compile", default=_nothing)
         self.strategy_load_state: Hook = bind("strategy_load_state", default=_nothing)
 
         self.strategy_teardown: Hook = bind("strategy_teardown", default=_nothing)

@@ -482,9 +482,11 @@ class Lite:
         strategy_module = forward_module
         if compile:
             # torch.compile'd by the user: the strategy wrapped the plain module, and the wrapped one is compiled
-            # now (after DDP wrapping / FSDP sharding, as torch recommends). State dicts stay the plain module's;
-            # the strategy's hooks keep receiving the module its setup returned (a DeepSpeed engine finds itself).
-            forward_module = cast(torch.nn.Module, torch.compile(forward_module))
+            # now (after DDP wrapping / FSDP sharding, as torch recommends), by the strategy where it knows better
+            # (FSDP2 per block, DeepSpeed through its engine). State dicts stay the plain module's; the strategy's
+            # hooks keep receiving the module its setup returned (a DeepSpeed engine finds itself).
+            compiled = self._hooks.strategy_compile(module=forward_module)
+            forward_module = cast(torch.nn.Module, torch.compile(forward_module) if compiled is None else compiled)
         self._module_count += 1
         # backward() without model= refers to the one module, as long as there is only one.
         self._single_module = strategy_module if self._module_count == 1 else None

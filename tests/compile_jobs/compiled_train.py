@@ -1,6 +1,7 @@
 """``python compiled_train.py OUT STRATEGY {eager,compiled}``: a tiny MLP trained 6 steps under Lite.
 
-STRATEGY is an alias, or ``model_parallel_1x2`` / ``model_parallel_2x1`` (data x tensor parallel: the first layer
+STRATEGY is an alias, ``fsdp_blocks`` (fsdp with each Linear its own unit), or ``model_parallel_1x2`` /
+``model_parallel_2x1`` (data x tensor parallel: the first layer
 column-wise and the last row-wise over the tensor dimension, ``fully_shard`` over the data dimension).
 With ``compiled`` the model is passed through ``torch.compile`` before ``lite.setup``. Global rank 0 writes
 OUT/result.pt: the full trained weights, the keys ``model.state_dict()`` (what ``lite.save`` writes) has, and
@@ -44,6 +45,10 @@ def parallelize(module: torch.nn.Module, mesh: Any) -> torch.nn.Module:
 
 
 def strategy_of(name: str) -> Any:
+    if name == "fsdp_blocks":  # each Linear its own FSDP unit: the strategy compiles them one by one
+        from core_fsdp import FSDPStrategy
+
+        return FSDPStrategy(auto_wrap_policy={torch.nn.Linear})
     if not name.startswith("model_parallel_"):
         return name
     from core_model_parallel import ModelParallelStrategy
@@ -69,8 +74,11 @@ def main(lite: Lite, out: Path, compiled: bool) -> None:
     restored = lite.setup(plain)
     lite.load(out / "checkpoint", {"model": restored})
     reloaded = {name: full(value).detach().cpu() for name, value in restored.state_dict().items()}
+    # Submodules compiled in place (torch.nn.Module.compile), as a strategy's strategy_compile does per block.
+    blocks = [name for name, sub in model.module.named_modules() if getattr(sub, "_compiled_call_impl", None)]
     if lite.is_global_zero:
-        torch.save({"weights": weights, "keys": list(model.state_dict()), "reloaded": reloaded}, out / "result.pt")
+        torch.save({"weights": weights, "keys": list(model.state_dict()), "reloaded": reloaded,
+                    "compiled_blocks": blocks}, out / "result.pt")
 
 
 if __name__ == "__main__":

@@ -259,6 +259,16 @@ class DeepSpeedStrategy(DDPStrategy):
         return engine
 
     @hookimpl
+    def strategy_compile(self, module: torch.nn.Module) -> torch.nn.Module | None:
+        """Compile the module inside the engine (``engine.compile()``): the engine's own forward, its timers and
+        ZeRO's hooks stay eager. Compiling the engine as a whole broke its graph 12 times per step and recompiled
+        its forward (bench/analysis.md)."""
+        if not any(module is engine for engine in self._engines):
+            return None
+        module.compile()
+        return module
+
+    @hookimpl
     def strategy_setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         raise ConfigurationError(
             f"The strategy {self.alias!r} sets up a module and its optimizer together (deepspeed.initialize takes "

@@ -199,6 +199,18 @@ class FSDPStrategy(DDPStrategy):
         self._set_up.append((before, empty))
         return module
 
+    @hookimpl
+    def strategy_compile(self, module: torch.nn.Module) -> torch.nn.Module | None:
+        """Compile each sharded block in place (torch's recommendation for FSDP2), the root's own layers eager.
+
+        Without blocks (no ``auto_wrap_policy``) Lite compiles the whole module."""
+        blocks = [block for block in module.modules() if block is not module and isinstance(block, FSDPModule)]
+        if not blocks:
+            return None
+        for block in blocks:
+            block.compile()
+        return module
+
     def _broadcast_from_rank_zero(self, tensors: list[torch.Tensor]) -> None:
         with torch.no_grad(), self.communicator.guard("broadcast of the initial parameters (fsdp)"):
             for tensor in tensors:
