@@ -4,8 +4,9 @@
 
 ``MODE`` is ``raw`` (plain ``DistributedDataParallel``, to be started under torchrun), ``paired`` (raw DDP and
 Lite ``ddp`` in the same two processes, alternating blocks of steps: :func:`paired`), a Lite strategy:
-``ddp``, ``fsdp``, ``deepspeed_stage_2``, ``deepspeed_stage_3``, ``model_parallel_1x2`` / ``model_parallel_2x1``
-(data-parallel x tensor-parallel, core-model-parallel), or a peer under torchrun in the peers' environment
+``ddp``, ``fsdp`` (each transformer block its own unit), ``deepspeed_stage_2``, ``deepspeed_stage_3``,
+``model_parallel_1x2`` / ``model_parallel_2x1`` (data-parallel x tensor-parallel, core-model-parallel), or a
+peer under torchrun in the peers' environment
 (``make bench-peers``): ``fabric_ddp`` (Lightning Fabric), ``accelerate_ddp`` (HF Accelerate). Fabric's ``fsdp``
 refuses a CPU accelerator ("FSDP is only available on GPU"), so it has no row here. The global batch is
 ``GLOBAL_BATCH`` sequences of ``CONTEXT`` tokens per step whatever the layout; tokens come from a fixed seed (no
@@ -264,6 +265,10 @@ def _lite_train(
 
 
 def strategy_for(mode: str) -> Any:
+    if mode == "fsdp":  # each transformer block its own unit, as FSDP is used on transformers
+        from core_fsdp import FSDPStrategy  # type: ignore[import-not-found,unused-ignore]
+
+        return FSDPStrategy(auto_wrap_policy={Block})
     if mode.startswith("model_parallel_"):
         from core_model_parallel import ModelParallelStrategy  # type: ignore[import-not-found,unused-ignore]
 
