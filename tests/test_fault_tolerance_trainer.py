@@ -38,6 +38,12 @@ class Classifier(core.Module):
         inputs, targets = batch
         return F.cross_entropy(self.net(inputs), targets)
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["saved_at_step"] = self.global_step
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.loaded_from_step = checkpoint.get("saved_at_step")
+
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
         return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)]
@@ -87,6 +93,8 @@ def test_fit_after_a_crash_resumes_by_itself_and_ends_like_an_uninterrupted_run(
     steps = Steps()
     resumed = fit(tmp_path / "crashed", steps=steps)
     assert steps.taken == list(range(9, 19)), "the second fit did not resume after step 8"
+    # The Module's on_save_checkpoint ran for the FaultTolerance checkpoint, as its on_load_checkpoint did on resume.
+    assert resumed.loaded_from_step == 8
 
     for (name, left), right in zip(full.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(left, right), f"{name} differs from the uninterrupted run"

@@ -62,3 +62,15 @@ def test_the_pipeline_example_trains_with_each_rank_holding_its_stage(tmp_path: 
     # lite.print prints on rank 0 only: rank 0 holds layers 0 and 1, not the head (stage 1's).
     assert "rank 0 holds ['layers.0', 'layers.1']" in lines, lines
     falling_losses(lines)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_the_pipeline_trainer_example_trains_and_checkpoints_the_whole_module(tmp_path: Path) -> None:
+    pytest.importorskip("core_pipeline", reason="the example uses plugins/core-pipeline")
+    lines = run("pipeline_trainer.py", tmp_path)
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in epochs] == ["epoch 0", "epoch 10", "epoch 20", "epoch 30", "epoch 39"]
+    losses = [float(line.rsplit(" ", 1)[1]) for line in epochs]
+    assert losses[-1] < losses[0] / 4, losses
+    assert "checkpoint holds ['head', 'layers']" in lines, lines  # rank 0 held no head, its checkpoint does

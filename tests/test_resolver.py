@@ -231,6 +231,16 @@ def test_plugins_that_break_the_contract_are_refused_by_name(plugin: object, exp
     assert type(plugin).__qualname__ in str(excinfo.value)
 
 
+def test_a_strategy_keeping_a_bound_hook_of_its_run_resolves_again() -> None:
+    # core-ddp keeps the precision's backward (active.bind(...), the marked function itself) in a private attribute;
+    # a strategy object reused for a second run (fit, then test) must not look like it implements "_backward".
+    strategy = SingleDeviceStrategy()
+    first = core.resolve(accelerator="cpu", strategy=strategy, precision="32-true")
+    strategy._backward = first.bind("precision_backward")  # type: ignore[attr-defined]
+    assert hasattr(strategy._backward, "core_impl")  # type: ignore[attr-defined]
+    assert core.resolve(accelerator="cpu", strategy=strategy, precision="32-true").hook.strategy_barrier is not None
+
+
 class _RaisingAccelerator:
     kind = "accelerator"
     name = "raising"

@@ -12,7 +12,7 @@ from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 from core.fault_tolerance._preemption import PreemptionWatch, on_preemption
 from core.fault_tolerance._resumer import CheckpointDirectory, Resumer
-from core.trainer._checkpoint import checkpoint_state
+from core.trainer._checkpoint import saved_checkpoint_state
 
 if TYPE_CHECKING:
     from core.module import Module
@@ -105,13 +105,13 @@ class FaultTolerance(Callback):
         if step == 0 or step % self.every_n_train_steps or step == self._last_saved_step or trainer.sanity_checking:
             resumer.commit(wait=False)
             return
-        resumer.save(step, checkpoint_state(trainer))
+        resumer.save(step, saved_checkpoint_state(trainer))
         self._last_saved_step = step
 
     def _save_before_stop(self, trainer: Trainer, step: int) -> str:
         resumer = self._attach(trainer)
         if step != self._last_saved_step:
-            resumer.save(step, checkpoint_state(trainer))
+            resumer.save(step, saved_checkpoint_state(trainer))
             self._last_saved_step = step
         return resumer.directory.checkpoint_path(step)
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import inspect
 
 import attrs
-import pluggy
 
 from core import hookspecs
 from core._errors import CoreError
-from core._markers import PROJECT_NAME
+from core._markers import PluginManager
 from core._traits import traits_of
 
 
@@ -68,7 +67,7 @@ def _declared_version(plugin: object) -> int | None:
 
 def implemented_hooks(plugin: object) -> dict[str, list[str]]:
     """Hook name -> argument names, for every ``@hookimpl`` of ``plugin``, known to this core or not."""
-    manager = pluggy.PluginManager(PROJECT_NAME)
+    manager = PluginManager()
     found: dict[str, list[str]] = {}
     for attribute in dir(plugin):
         try:
@@ -87,7 +86,7 @@ def implemented_hooks(plugin: object) -> dict[str, list[str]]:
 
 def inspect_contract(plugin: object) -> ContractReport:
     """Compare ``plugin``'s hook implementations with the specs of this core."""
-    manager = pluggy.PluginManager(PROJECT_NAME)
+    manager = PluginManager()
     manager.add_hookspecs(hookspecs)
     deprecated: list[tuple[str, str]] = []
     unknown: list[str] = []

@@ -24,7 +24,7 @@ from core._errors import (
     PluginUnavailableError,
     UnknownPluginError,
 )
-from core._markers import PROJECT_NAME
+from core._markers import PluginManager
 from core._records import KINDS, ResolvedConfig, Supports
 from core._traits import PluginTraits, traits_of
 from core.registry._active import ActiveSet
@@ -101,7 +101,7 @@ def ask(plugin: object, kind: str, hook_name: str, **kwargs: Any) -> Any:
 
 
 def _manager() -> pluggy.PluginManager:
-    manager = pluggy.PluginManager(PROJECT_NAME)
+    manager = PluginManager()
     manager.add_hookspecs(hookspecs)
     return manager
 

@@ -35,6 +35,11 @@ and dicts; :func:`hook_keys` and :func:`remove_added` record a module tree's hoo
 what the wrapper added at teardown; :func:`to_checkpoint` and :func:`restore_state` convert between a
 ``Lite.save`` state (modules, optimizers, plain values) and what is written, as the built-in strategies do.
 
+**The Trainer's objects**: the Trainer sets its Module up wrapped in a :class:`StepModule` (whose forward runs
+the current step method, the user's Module being ``step_module.module``) and saves its optimizers and schedulers
+as :class:`StatefulList` entries; a strategy that restructures the model or saves optimizers its own way
+recognises them by these classes.
+
 **Strategies**: :class:`SingleDeviceStrategy` is the single-process reference strategy (``single_device``)
 that data-parallel strategies extend; :func:`check_reduce_op` validates ``reduce_op`` against
 :data:`REDUCE_OPS`.
@@ -89,6 +94,8 @@ _LAZY: Final[dict[str, tuple[str, str]]] = {
     "restore_state": ("core.toolkit._checkpoint_state", "restore"),
     "is_stateful": ("core.toolkit._checkpoint_state", "is_stateful"),
     "PRECISION_KEY": ("core.toolkit._checkpoint_state", "PRECISION_KEY"),
+    "StatefulList": ("core.toolkit._trainer_objects", "StatefulList"),
+    "StepModule": ("core.toolkit._trainer_objects", "StepModule"),
     # strategies
     "SingleDeviceStrategy": ("core.builtin.strategies", "SingleDeviceStrategy"),
     "check_reduce_op": ("core.builtin.strategies", "check_reduce_op"),
@@ -130,6 +137,7 @@ if TYPE_CHECKING:
         watch_parent,
         write_failure,
     )
+    from core.toolkit._trainer_objects import StatefulList, StepModule
 
 
 def __getattr__(name: str) -> Any:
@@ -155,6 +163,8 @@ __all__ = [
     "ExportedVariables",
     "Failure",
     "SingleDeviceStrategy",
+    "StatefulList",
+    "StepModule",
     "Supervisor",
     "Worker",
     "abort",

@@ -23,6 +23,7 @@ import attrs
 import torch
 
 from core._errors import CheckpointError, ConfigurationError
+from core.toolkit._trainer_objects import StatefulList
 
 if TYPE_CHECKING:
     from core.lite import Lite
@@ -60,26 +61,6 @@ class FitProgress:
     def from_dict(cls, saved: dict[str, Any]) -> FitProgress:
         names = {field.name for field in attrs.fields(cls)}
         return cls(**{name: value for name, value in saved.items() if name in names})
-
-
-class StatefulList:
-    """Several stateful objects saved as one list of state dicts (optimizers, schedulers)."""
-
-    def __init__(self, items: Sequence[Any], what: str) -> None:
-        self.items = list(items)
-        self.what = what
-
-    def state_dict(self) -> list[Any]:
-        return [item.state_dict() for item in self.items]
-
-    def load_state_dict(self, states: list[Any]) -> None:
-        if len(states) != len(self.items):
-            raise CheckpointError(
-                f"The checkpoint holds {len(states)} {self.what}, but configure_optimizers gave {len(self.items)}; "
-                f"resume with the same optimizers and schedulers, or load only the weights."
-            )
-        for item, state in zip(self.items, states, strict=False):
-            item.load_state_dict(state)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -216,6 +197,21 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     )
     if trainer.datamodule is not None:
         state["datamodule"] = trainer.datamodule.state_dict()
+    return state
+
+
+def saved_checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
+    """:func:`checkpoint_state` after the Module's and the callbacks' ``on_save_checkpoint``: what every save writes.
+
+    ``Trainer.save_checkpoint`` and the FaultTolerance callback both save this, so that what a Module adds in
+    ``on_save_checkpoint`` is there when a resume calls its ``on_load_checkpoint``. Collective, like
+    :func:`checkpoint_state`.
+    """
+    module = trainer.attached_module()
+    state = checkpoint_state(trainer, weights_only=weights_only)
+    module.on_save_checkpoint(state)
+    for callback in trainer.callbacks:
+        callback.on_save_checkpoint(trainer, module, state)
     return state
 
 

@@ -20,6 +20,7 @@ import torch
 from core._errors import ConfigurationError, CoreWarning
 from core.callbacks import EarlyStopping, ModelCheckpoint
 from core.callbacks._callback import Callback, CallbackHooks
+from core.toolkit._trainer_objects import StepModule
 from core.trainer._checkpoint import FitProgress, find_last, restore_checkpoint_state
 from core.trainer._config import check_sync_batchnorm
 from core.trainer._data import find_loaders, prepare_eval_loader, prepare_train_loader
@@ -30,26 +31,6 @@ if TYPE_CHECKING:
     from core.lite import Lite
     from core.module import DataModule, Module
     from core.trainer import Trainer
-
-
-class StepModule(torch.nn.Module):
-    """What the strategy wraps: its forward runs the Module's current step method.
-
-    The Trainer calls ``training_step`` (or ``validation_step``, ...) as the forward of the set-up module,
-    so that the strategy's wrapper (DDP's gradient hooks, FSDP's gathers) and the precision's autocast
-    and conversions cover the whole step, as ``model(x)`` would in a Lite loop.
-    """
-
-    def __init__(self, module: Module) -> None:
-        super().__init__()
-        self.module = module
-        self.__dict__["step"] = module.training_step
-
-    def use(self, step: Any) -> None:
-        self.__dict__["step"] = step
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.__dict__["step"](*args, **kwargs)
 
 
 @attrs.frozen

@@ -29,7 +29,7 @@ from core.callbacks.timer import Timer
 from core.lite import Lite
 from core.loggers import CSVLogger, Logger
 from core.module import DataModule, Module
-from core.trainer._checkpoint import check_ckpt_path, checkpoint_state
+from core.trainer._checkpoint import check_ckpt_path, saved_checkpoint_state
 from core.trainer._config import CLIP_ALGORITHMS, TrainerConfig, check_sync_batchnorm
 from core.trainer._logging import MetricStore
 from core.trainer._optim import SchedulerConfig
@@ -594,11 +594,7 @@ class Trainer:
         """
         if self.module is None or self.state is None:
             raise CoreError("save_checkpoint() writes the state of a running fit/validate/test; call it during one.")
-        state = checkpoint_state(self, weights_only=weights_only)
-        self.module.on_save_checkpoint(state)
-        for callback in self.callbacks:
-            callback.on_save_checkpoint(self, self.module, state)
-        self.run_state.lite.save(filepath, state)
+        self.run_state.lite.save(filepath, saved_checkpoint_state(self, weights_only=weights_only))
 
     def remove_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
         """Delete a checkpoint written by :meth:`save_checkpoint` (``Lite.remove_checkpoint``: rank 0 deletes)."""

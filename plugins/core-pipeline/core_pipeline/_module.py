@@ -121,3 +121,38 @@ class PipelineModule(nn.Module):
         holder = [value]
         dist.broadcast_object_list(holder, src=self._last_rank, group=self._group)
         return holder[0]
+
+
+class PipelineStepModule(nn.Module):
+    """What the pipeline returns for the Trainer's :class:`core.toolkit.StepModule`: steps that call the pipeline.
+
+    The Trainer calls the set-up module with a batch to run ``training_step`` (``validation_step``, ...). During
+    that call the Module's own ``self(...)`` goes to the pipeline: ``loss = self(inputs, target=targets)`` in
+    ``training_step`` runs the schedule (forward and backward of every micro-batch) and returns the batch's loss on
+    every rank; ``self(inputs)`` in evaluation returns the last stage's output. Calling the Module's submodules
+    directly bypasses the pipeline and sees only this rank's stages.
+
+    :param step_module: The Trainer's StepModule (its ``module`` is the user's Module, pruned to this rank's stages).
+    :param pipeline: The pipeline over this rank's stages, registered so that ``parameters()``, ``train()`` and
+        ``eval()`` reach the stages.
+    """
+
+    def __init__(self, step_module: nn.Module, pipeline: PipelineModule) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.__dict__["step_module"] = step_module
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.pipeline.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self.pipeline.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        step_module = self.__dict__["step_module"]
+        model = step_module.module
+        model.__dict__["forward"] = self.pipeline  # the Module's __call__ finds the instance attribute first
+        try:
+            return step_module(*args, **kwargs)
+        finally:
+            del model.__dict__["forward"]

@@ -21,6 +21,7 @@ gathering every stage's part, and loaded on every rank, each taking its stages' 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
@@ -36,7 +37,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from core import ActiveSet, CheckpointError, ConfigurationError, Supports, hookimpl
-from core.toolkit import PRECISION_KEY, is_stateful, restore_state, to_checkpoint
+from core.lite import LiteOptimizer
+from core.toolkit import PRECISION_KEY, StatefulList, StepModule, is_stateful, restore_state, to_checkpoint
 
 from ._layout import (
     OptimizerLayout,
@@ -47,7 +49,7 @@ from ._layout import (
     numbered,
     whole_groups,
 )
-from ._module import PipelineModule
+from ._module import PipelineModule, PipelineStepModule
 from ._split import StageFn, prune, split_at, stage_modules
 
 PIPELINE_PARALLEL: Final = "pipeline_parallel"
@@ -64,6 +66,9 @@ per rank (``stages_per_rank``), which shrinks the pipeline's idle time."""
 
 _MULTI_STAGE: Final = frozenset({"Interleaved1F1B"})
 _OWNER: Final = "PipelineStrategy"
+
+_CUT: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+"""Models this process has cut (and pruned to its stages): setting one up again is refused with the way out."""
 
 
 class PipelineStrategy(DDPStrategy):
@@ -231,6 +236,16 @@ class PipelineStrategy(DDPStrategy):
                 f"strategy={self.alias!r} needs PipelineStrategy(loss_fn=...): the last stage computes the loss of "
                 f"each micro-batch inside the schedule, e.g. loss_fn=torch.nn.functional.cross_entropy."
             )
+        step_module = module if isinstance(module, StepModule) else None
+        if step_module is not None:  # the Trainer's: the user's Module is the model to cut, its forward the pipeline
+            module = step_module.module
+        if module in _CUT:
+            raise ConfigurationError(
+                f"This {type(module).__name__} was cut into pipeline stages by an earlier set-up in this process and "
+                f"now holds only this rank's stages. Set up a new instance and load the checkpoint into it (the "
+                f"Trainer: trainer.test(NewModule(), ckpt_path=...); Lite: lite.load(path, {{'model': model}}) after "
+                f"lite.setup(new_model))."
+            )
         split = split_at(module, self.split_points) if self.split_points is not None else None
         if split is not None and split.num_stages != self.num_stages:  # pragma: no cover - derived from the points
             raise ConfigurationError(f"split_points gave {split.num_stages} stages, expected {self.num_stages}.")
@@ -241,7 +256,10 @@ class PipelineStrategy(DDPStrategy):
         indices = [index for index in range(self.num_stages) if index % pipeline_size == pipeline_rank]
         views = stage_modules(module, split, self.stage_fn, indices, self.num_stages)
         local_tensors = [tensor for view in views for tensor in chain(view.parameters(), view.buffers())]
+        held = sum(1 for _ in chain(module.parameters(), module.buffers()))
         prune(module, local_tensors)
+        if len(local_tensors) < held:  # this rank lost the other ranks' stages
+            _CUT.add(module)
         device = self.active.device or torch.device("cpu")
         data_parallel = self._broadcast_within_copies(local_tensors)
         group = pipeline_mesh.get_group()
@@ -257,7 +275,10 @@ class PipelineStrategy(DDPStrategy):
         self._run.names.update(names)
         self._run.local.update(id(tensor) for tensor in local_tensors)
         self._run.model_order.extend(name for name in names.values() if name not in self._run.model_order)
-        return pipeline
+        if step_module is None:
+            return pipeline
+        self._run.modules[id(module)] = (pipeline, model_keys)  # the Trainer saves and loads the Module itself
+        return PipelineStepModule(step_module, pipeline)
 
     def _broadcast_within_copies(self, tensors: list[torch.Tensor]) -> dist.ProcessGroup | None:
         """With data parallelism, every copy of these stages starts from the first copy's values; returns the group."""
@@ -304,6 +325,8 @@ class PipelineStrategy(DDPStrategy):
 
     @hookimpl
     def strategy_backward(self, tensor: torch.Tensor, module: nn.Module | None) -> bool | None:
+        if isinstance(module, PipelineStepModule):
+            module = module.pipeline
         pipelines = [module] if isinstance(module, PipelineModule) else [
             entry[0] for entry in self._run.modules.values()
         ]
@@ -311,14 +334,19 @@ class PipelineStrategy(DDPStrategy):
             return True  # the schedule ran every backward pass inside model(inputs, target=...)
         raise ConfigurationError(
             "Under the pipeline strategy backward runs inside the training step: loss = model(inputs, target=targets) "
-            "runs the schedule (forward and backward of every micro-batch), and lite.backward(loss) takes that "
-            "returned loss and has nothing left to do. A loss computed outside the model cannot be backpropagated "
-            "through the stages; put it in PipelineStrategy(loss_fn=...)."
+            "(self(inputs, target=targets) in a Module's training_step) runs the schedule (forward and backward of "
+            "every micro-batch), and backward(loss) takes that returned loss, unchanged, and has nothing left to do. "
+            "A loss computed outside the model, or changed after it (scaled, summed with another term), cannot be "
+            "backpropagated through the stages: put it in PipelineStrategy(loss_fn=...). The Trainer's "
+            "accumulate_grad_batches > 1 scales the loss, so it is not supported: raise n_microbatches and the batch "
+            "size instead."
         )
 
     @hookimpl
     def strategy_block_backward_sync(self, module: nn.Module) -> AbstractContextManager[None]:
         # Gradients of several model(...) calls add up in .grad; inside this context the copies skip averaging them.
+        if isinstance(module, PipelineStepModule):
+            module = module.pipeline
         if not isinstance(module, PipelineModule):
             raise ConfigurationError(
                 f"no_backward_sync needs the module lite.setup returned under {self.alias!r} (a PipelineModule), got "
@@ -346,15 +374,24 @@ class PipelineStrategy(DDPStrategy):
         return True
 
     def _owns(self, value: Any) -> bool:
+        if isinstance(value, StatefulList):  # the Trainer's optimizers
+            return bool(value.items) and all(self._owns(item) for item in value.items)
+        value = _inner(value)
         return id(value) in self._run.modules or id(value) in self._run.optimizers
 
-    def _piece(self, value: Any) -> dict[str, Any]:
+    def _piece(self, value: Any) -> Any:
+        if isinstance(value, StatefulList):
+            return [self._piece(item) for item in value.items]
+        value = _inner(value)
         if id(value) in self._run.modules:
             return cpu_state(value.state_dict())
         optimizer, layout = self._run.optimizers[id(value)]
         return by_name(optimizer.state_dict(), layout)
 
-    def _merged(self, value: Any, pieces: list[dict[str, Any]]) -> dict[str, Any]:
+    def _merged(self, value: Any, pieces: list[Any]) -> Any:
+        if isinstance(value, StatefulList):
+            return [self._merged(item, [piece[index] for piece in pieces]) for index, item in enumerate(value.items)]
+        value = _inner(value)
         if id(value) in self._run.modules:
             return merged_module_state(pieces, self._run.modules[id(value)][1])
         return numbered(pieces, self._run.optimizers[id(value)][1])
@@ -377,6 +414,9 @@ class PipelineStrategy(DDPStrategy):
                 targets[key] = value
                 checkpoint[key] = local_state(checkpoint[key], self._run.optimizers[id(value)][1],
                                               f"{path!r}, entry {key!r}")
+            elif key in checkpoint and isinstance(value, StatefulList) and self._owns(value):
+                targets[key] = value
+                checkpoint[key] = self._local_optimizer_states(checkpoint[key], value, f"{path!r}, entry {key!r}")
             else:
                 targets[key] = value
         remaining = restore_state(targets, checkpoint, strict, path)
@@ -384,6 +424,13 @@ class PipelineStrategy(DDPStrategy):
         if precision_state is not None:
             self.active.hook.precision_load_state_dict(state=precision_state)
         return remaining
+
+    def _local_optimizer_states(self, saved: Any, optimizers: StatefulList, where: str) -> Any:
+        """This rank's part of each optimizer's whole-model state in a saved list (the Trainer's optimizers)."""
+        if not isinstance(saved, list) or len(saved) != len(optimizers.items):
+            return saved  # StatefulList.load_state_dict says what is wrong
+        return [local_state(state, self._run.optimizers[id(_inner(item))][1], f"{where}[{index}]")
+                for index, (state, item) in enumerate(zip(saved, optimizers.items, strict=True))]
 
     @staticmethod
     def _stage_entries(saved: Any, pipeline: PipelineModule, model_keys: Sequence[str]) -> Any:
@@ -403,6 +450,11 @@ class PipelineStrategy(DDPStrategy):
         finally:
             self._run = _RunState()
             self._mesh = None
+
+
+def _inner(value: Any) -> Any:
+    """The optimizer a ``LiteOptimizer`` wraps (the Trainer's optimizers are wrapped); anything else as it is."""
+    return value.optimizer if isinstance(value, LiteOptimizer) else value
 
 
 @contextmanager

@@ -112,8 +112,9 @@ def test_a_training_step_outside_the_schedule_is_refused(tmp_path: Path, job: Jo
     expected = {
         "odd batch": "A batch of 3 samples cannot be cut into n_microbatches=2 equal micro-batches",
         "no target": "a training step is model(inputs, target=targets)",
-        "own loss": "lite.backward(loss) takes that returned loss",
+        "own loss": "backward(loss) takes that returned loss, unchanged",
         "no loss_fn": "needs PipelineStrategy(loss_fn=...)",
+        "accumulate": "accumulate_grad_batches > 1 scales the loss, so it is not supported",
     }
     for mistake, fragment in expected.items():
         assert found[mistake] is not None, f"{mistake!r} was not refused"

@@ -1,4 +1,4 @@
-"""One process, a one-stage pipeline, and the training-step mistakes the strategy refuses, one Lite each.
+"""One process, a one-stage pipeline, and the training-step mistakes the strategy refuses, one Lite or Trainer each.
 
     python pp_mistakes.py OUT
 
@@ -16,6 +16,7 @@ import torch
 from core_pipeline import PipelineStrategy
 
 import core
+from pp_trainer import Language
 
 
 def make_mistake(lite: core.Lite, mistake: str) -> None:
@@ -42,7 +43,26 @@ def main(out: Path) -> None:
             found[mistake] = [type(error).__name__, str(error)]
         else:
             found[mistake] = None
+    found.update(trainer_mistakes(out))
     (out / "mistakes.json").write_text(json.dumps(found))
+
+
+def trainer_mistakes(out: Path) -> dict[str, list[str] | None]:
+    """The Trainer's accumulating gradients: the loss it scales is not the one the pipeline returned."""
+    found: dict[str, list[str] | None] = {}
+    module = Language()
+    loader = torch.utils.data.DataLoader(nd.dataset(2), batch_size=nd.GLOBAL_BATCH)
+    strategy = PipelineStrategy(split_points=[], schedule="GPipe", n_microbatches=2, loss_fn=nd.loss_fn)
+    trainer = core.Trainer(accelerator="cpu", strategy=strategy, devices=1, max_epochs=1, logger=False,
+                           enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                           accumulate_grad_batches=2, default_root_dir=out)
+    try:
+        trainer.fit(module, loader)
+    except core.CoreError as error:
+        found["accumulate"] = [type(error).__name__, str(error)]
+    else:
+        found["accumulate"] = None
+    return found
 
 
 if __name__ == "__main__":
