@@ -165,7 +165,7 @@ def test_log_defaults_suffixes_and_reductions() -> None:
     ("value", "options", "message"),
     [
         (torch.ones(2), {}, r"tensor of shape \(2,\)"),
-        ("high", {}, "expected a number or a one-element tensor"),
+        ("high", {}, "expected a number, a one-element tensor or a torchmetrics.Metric"),
         (1.0, {"reduce_fx": "median"}, "reduce_fx='median'"),
         (1.0, {"on_step": False, "on_epoch": False}, "keeps nothing"),
         (1.0, {"rank_zero_only": True, "sync_dist": True}, "cannot be reduced across processes"),

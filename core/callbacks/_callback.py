@@ -164,9 +164,18 @@ class CallbackHooks:
         for name in HOOK_NAMES:
             base = getattr(Callback, name)
             self._hooks[name] = [getattr(callback, name) for callback in callbacks if _overrides(callback, name, base)]
+        self._epoch_end = list(self._owners("on_train_epoch_end"))
 
     def __getitem__(self, name: str) -> list[Callable[..., Any]]:
         return self._hooks[name]
+
+    def profile(self, wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]]) -> None:
+        """Replace each hook by ``wrap("[Callback]<state key>.<hook>", hook)`` (a profiler's timing wrapper)."""
+        for name in self._hooks:
+            self._hooks[name] = [wrap(f"[Callback]{callback.state_key}.{name}", hook)
+                                 for callback, hook in self._owners(name)]
+        self._epoch_end = [(callback, wrap(f"[Callback]{callback.state_key}.on_train_epoch_end", hook))
+                           for callback, hook in self._owners("on_train_epoch_end")]
 
     def call(self, name: str, trainer: Trainer, module: Module, *args: Any) -> None:
         for hook in self._hooks[name]:
@@ -174,7 +183,7 @@ class CallbackHooks:
 
     def call_epoch_end(self, trainer: Trainer, module: Module, after_metrics: bool) -> None:
         """``on_train_epoch_end`` of the callbacks in one of the two groups (see ``after_epoch_metrics``)."""
-        for callback, hook in self._owners("on_train_epoch_end"):
+        for callback, hook in self._epoch_end:
             if callback.after_epoch_metrics == after_metrics:
                 hook(trainer, module)
 

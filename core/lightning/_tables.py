@@ -150,3 +150,10 @@ PLUGINS: Final[dict[str, Entry]] = {
     )
 }
 """``lightning.fabric.plugins`` and ``lightning.pytorch.plugins`` (their ``environments`` submodule aside)."""
+
+PROFILERS: Final[dict[str, Entry]] = {
+    **{name: Target("core.profilers", name)
+       for name in ("Profiler", "PassThroughProfiler", "SimpleProfiler", "AdvancedProfiler", "PyTorchProfiler")},
+    "XLAProfiler": Unsupported("there is no TPU profiling here.", "PyTorchProfiler, or profiler='pytorch'."),
+}
+"""``lightning.pytorch.profilers``."""

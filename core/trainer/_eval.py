@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from core.trainer import Trainer
 
 _STEP_METHODS = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
+_SHORT = {"validation": "val", "test": "test", "predict": "predict"}  # in the profiler's action names
 
 
 def batches(prepared: PreparedLoader, limit: float) -> Iterator[tuple[int, Any]]:
@@ -95,13 +96,21 @@ def _run_batches(
     start_hooks, end_hooks = hooks[f"on_{kind}_batch_start"], hooks[f"on_{kind}_batch_end"]
     module_start, module_end = getattr(module, f"on_{kind}_batch_start"), getattr(module, f"on_{kind}_batch_end")
     several = len(loaders) > 1
+    profiler = trainer.active_profiler
+    if profiler is not None:  # Lightning's action names
+        step_module = profiler.wrap(f"[Strategy]{type(trainer.lite.strategy).__name__}.{_STEP_METHODS[kind]}",
+                                    step_module)
+    next_action = f"[_{'Prediction' if kind == 'predict' else 'Evaluation'}Loop].{_SHORT[kind]}_next"
     for loader_index, prepared in enumerate(loaders):
         store.enter(EVAL_BATCH, loader_index if several else None)
         extra = (loader_index,) if several else ()
         limit = prepared.batches if max_batches is None else min(prepared.batches, max_batches)
         kept: list[Any] = []
         recorder = trainer.run_state.predict_recorders[loader_index] if kind == "predict" else None
-        for batch_index, raw_batch in batches(prepared, limit):
+        numbered = batches(prepared, limit)
+        if profiler is not None:
+            numbered = profiler.wrap_iterator(next_action, numbered)
+        for batch_index, raw_batch in numbered:
             store.new_batch(raw_batch)
             store.filler = batch_index >= prepared.real_batches
             if recorder is not None:
@@ -157,6 +166,7 @@ def run_loop(
             getattr(module, f"on_{kind}_end")()
             hooks.call(f"on_{kind}_end", trainer, module)
     finally:
+        store.reset_metrics()  # torchmetrics objects start the next run empty (the sanity check's too)
         dispatcher.use(previous_step)
         trainer.run_state.metrics = previous_store
     return values

@@ -9,10 +9,17 @@ store keeps each batch's value and weight and sums them in chunks of fixed size,
 ``sync_dist=True`` the sums and the weights, not the means, are added across processes, so the result is
 the mean over every sample of every process. Because the chunking depends only on how many values were
 logged, a run resumed mid-epoch from :meth:`MetricStore.state_dict` computes bit for bit the same value.
+
+A ``torchmetrics.Metric`` logged as the value accumulates by itself, as in Lightning: its step value is what the
+latest ``metric(preds, target)`` call returned (this batch's value, not synchronised), its epoch value is
+``metric.compute()`` (torchmetrics synchronises its states across processes then, whatever ``sync_dist`` says),
+and it is reset when the epoch's values have been recorded. torchmetrics is never imported here: a value is a
+Metric only if torchmetrics is already imported and the value is an instance.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -58,6 +65,8 @@ class _Entry:
         "chunk_values",
         "chunk_weights",
         "logger",
+        "metric",
+        "metric_updated",
         "name",
         "on_epoch",
         "on_step",
@@ -83,9 +92,14 @@ class _Entry:
         self.sync_dist = sync_dist
         self.step_value: torch.Tensor | float | None = None
         self.step_batch = -1
+        self.metric: Any = None  # a torchmetrics.Metric logged under this name
+        self.metric_updated = False
         self.reset_epoch()
 
     def reset_epoch(self) -> None:
+        if self.metric is not None and self.metric_updated:
+            self.metric.reset()
+        self.metric_updated = False
         self.chunk_values: list[torch.Tensor | float] = []
         self.chunk_weights: list[float] = []
         self.partial = 0.0  # float64 sum of value * weight over folded chunks
@@ -102,6 +116,8 @@ class _Entry:
 
     @property
     def has_epoch_value(self) -> bool:
+        if self.metric is not None:
+            return self.on_epoch and self.metric_updated
         return self.weight > 0 or bool(self.chunk_values) or self.running is not None
 
     def add(self, value: torch.Tensor | float, weight: float) -> None:
@@ -145,6 +161,14 @@ class _Entry:
         }
 
 
+def _torchmetric(value: Any) -> Any:
+    """``value`` if it is a ``torchmetrics.Metric`` (only possible once torchmetrics is imported), else ``None``."""
+    torchmetrics = sys.modules.get("torchmetrics")
+    if torchmetrics is not None and isinstance(value, torchmetrics.Metric):
+        return value
+    return None
+
+
 def _as_value(name: str, value: Any) -> torch.Tensor | float:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
@@ -156,7 +180,8 @@ def _as_value(name: str, value: Any) -> torch.Tensor | float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     raise ConfigurationError(
-        f"self.log({name!r}, {value!r}): expected a number or a one-element tensor, got {type(value).__qualname__}."
+        f"self.log({name!r}, {value!r}): expected a number, a one-element tensor or a torchmetrics.Metric, got "
+        f"{type(value).__qualname__}."
     )
 
 
@@ -223,6 +248,10 @@ class MetricStore:
         entry = self.entries.get(name)
         if entry is None:
             entry = self._new_entry(name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+        metric = _torchmetric(value)
+        if metric is not None or entry.metric is not None:
+            self._log_metric(entry, metric)
+            return
         tensor_or_number = _as_value(name, value)
         if entry.on_step:
             if entry.sync_dist and self._reduce is not None:
@@ -231,6 +260,34 @@ class MetricStore:
             entry.step_batch = self.batch_index
         if entry.on_epoch and not self.filler:
             entry.add(tensor_or_number, 1.0 if entry.reduce_fx == "sum" else self._weight(batch_size))
+
+    def _log_metric(self, entry: _Entry, metric: Any) -> None:
+        """A torchmetrics.Metric: it keeps its own epoch state; the step value is its latest forward's result."""
+        if entry.metric is None and (entry.chunk_values or entry.weight or entry.running is not None):
+            raise ConfigurationError(
+                f"self.log({entry.name!r}, <{type(metric).__name__}>) after numbers were logged under the same name "
+                f"this epoch; log the Metric under its own name."
+            )
+        if metric is None or (entry.metric is not None and metric is not entry.metric):
+            raise ConfigurationError(
+                f"self.log({entry.name!r}, ...) logs {type(entry.metric).__name__} object {id(entry.metric):#x} under "
+                f"this name; log that same object each time (one Metric per name, as in Lightning), not "
+                f"{'a number' if metric is None else f'another Metric ({id(metric):#x})'}."
+            )
+        entry.metric = metric
+        if self.filler:
+            return
+        entry.metric_updated = True
+        if entry.on_step:
+            value = getattr(metric, "_forward_cache", None)
+            if value is None:
+                raise ConfigurationError(
+                    f"self.log({entry.name!r}, <{type(metric).__name__}>) with on_step=True, but the Metric has no "
+                    f"value for this batch: only update() was called. Call it as metric(preds, target), which "
+                    f"returns the batch's value, or log it with on_step=False (its epoch value is compute())."
+                )
+            entry.step_value = value.detach() if isinstance(value, torch.Tensor) else value
+            entry.step_batch = self.batch_index
 
     def _new_entry(
         self, name: str, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None, reduce_fx: str,
@@ -294,7 +351,7 @@ class MetricStore:
         """
         results: dict[str, float] = {}
         entries = [self.entries[name] for name in sorted(self.entries) if self.entries[name].has_epoch_value]
-        synced_sums = [entry for entry in entries if entry.reduce_fx in ("mean", "sum")]
+        synced_sums = [entry for entry in entries if entry.reduce_fx in ("mean", "sum") and entry.metric is None]
         sums = torch.tensor([value for entry in synced_sums for value in entry.local_sums()], dtype=torch.float64)
         if self._reduce is not None:
             to_sync = [index for index, entry in enumerate(synced_sums) if entry.sync_dist]
@@ -309,7 +366,9 @@ class MetricStore:
             else:
                 results[entry.epoch_key] = total / weight if weight else float("nan")
         for entry in entries:
-            if entry.reduce_fx in ("max", "min") and entry.running is not None:
+            if entry.metric is not None:  # in name order on every process: compute() may synchronise
+                results[entry.epoch_key] = float(entry.metric.compute())
+            elif entry.reduce_fx in ("max", "min") and entry.running is not None:
                 running = entry.running
                 if entry.sync_dist and self._reduce is not None:
                     running = self._reduce(running.to(self._device), entry.reduce_fx)
@@ -319,6 +378,13 @@ class MetricStore:
     def reset_epoch(self) -> None:
         for entry in self.entries.values():
             entry.reset_epoch()
+
+    def reset_metrics(self) -> None:
+        """Reset the torchmetrics.Metric objects logged this epoch, once its values are recorded (Lightning's time)."""
+        for entry in self.entries.values():
+            if entry.metric is not None and entry.metric_updated:
+                entry.metric.reset()
+                entry.metric_updated = False
 
     def prog_bar_names(self) -> set[str]:
         names = set()

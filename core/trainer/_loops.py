@@ -25,7 +25,7 @@ what is logged at a logging step.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
@@ -38,6 +38,7 @@ from core.trainer._logging import EPOCH, TRAIN_BATCH
 from core.trainer._optim import step_schedulers
 
 if TYPE_CHECKING:
+    from core.profilers import Profiler
     from core.trainer import Trainer
 
 Reload: TypeAlias = Callable[[], dict[str, Any]]
@@ -98,6 +99,18 @@ class FitLoop:
         self.cb_after_backward = hooks["on_after_backward"]
         self.cb_before_step = hooks["on_before_optimizer_step"]
         self.cb_before_zero_grad = hooks["on_before_zero_grad"]
+        self.profiler = trainer.active_profiler
+        if self.profiler is not None:  # Lightning's action names; without a profiler nothing is wrapped
+            self._profile(self.profiler, type(trainer.lite.strategy).__name__, type(module).__name__)
+
+    def _profile(self, profiler: Profiler, strategy: str, module_name: str) -> None:
+        wrap = profiler.wrap
+        self._epoch = wrap("run_training_epoch", self._epoch)  # type: ignore[method-assign]
+        self._batch = wrap("run_training_batch", self._batch)  # type: ignore[method-assign]
+        self.step_module = wrap(f"[Strategy]{strategy}.training_step", self.step_module)
+        self.backward = wrap(f"[Strategy]{strategy}.backward", self.backward)
+        self._step_optimizer = wrap(  # type: ignore[method-assign]
+            f"[LightningModule]{module_name}.optimizer_step", self._step_optimizer)
 
     def _val_every(self) -> float:
         """Validate when the batch count (in the epoch, or overall) is a multiple of this."""
@@ -189,7 +202,9 @@ class FitLoop:
         if resuming and trainer.run_state.resume_rng is not None and trainer.run_state.resume_rng[1] is not None:
             restore_rng(trainer.run_state.resume_rng[1])  # the generators as they were when this epoch's data was drawn
         trainer.run_state.epoch_start_rng = snapshot_rng()
-        iterator = iter(self.train.loader)
+        iterator: Iterator[Any] = iter(self.train.loader)
+        if self.profiler is not None:
+            iterator = self.profiler.wrap_iterator("[_TrainingEpochLoop].train_dataloader_next", iterator)
         exhausted = False
         if resuming:
             exhausted = self._skip(iterator, progress.batches_done)
@@ -232,6 +247,7 @@ class FitLoop:
                         module.lr_scheduler_step)
         progress.epoch_finished = True
         hooks.call_epoch_end(trainer, module, after_metrics=True)
+        store.reset_metrics()
         self._advance()
         store.enter(TRAIN_BATCH)
 
@@ -350,8 +366,12 @@ class FitLoop:
     def _optimizer_step(self, batch_idx: int) -> None:
         for optimizer in self.optimizers:
             self._before_step(optimizer)
-            optimizer.step()
+            self._step_optimizer(optimizer)
         self._after_step()
+
+    @staticmethod
+    def _step_optimizer(optimizer: Any) -> None:
+        optimizer.step()
 
     def _custom_step(self, batch: Any, batch_idx: int) -> Any:
         """An overridden ``optimizer_step``: the forward and backward run in the closure it hands to the optimizer.

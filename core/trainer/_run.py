@@ -271,6 +271,10 @@ def run_stage(
     from core.trainer._loops import run_fit
 
     _attach(trainer, lite, stage, module, datamodule)
+    profiler = trainer.active_profiler
+    if profiler is not None:
+        profiler.setup(stage, lite.global_rank if lite.world_size > 1 else None, trainer.log_dir, lite.is_global_zero)
+        trainer.run_state.hooks.profile(profiler.wrap)
     status = "failed"
     try:
         if trainer.deterministic:
@@ -321,6 +325,11 @@ def run_stage(
                 for logger in trainer.loggers:
                     logger.finalize(status)
         finally:
+            if profiler is not None:
+                try:
+                    profiler.describe()
+                finally:
+                    profiler.teardown(stage)
             _detach(trainer, module, datamodule)
     if os.getpid() != launcher_pid:
         if lite.is_global_zero:

@@ -29,6 +29,7 @@ from core.callbacks.timer import Timer
 from core.lite import Lite
 from core.loggers import CSVLogger, Logger
 from core.module import DataModule, Module
+from core.profilers import PassThroughProfiler, Profiler, profiler_from
 from core.trainer._checkpoint import check_ckpt_path, saved_checkpoint_state
 from core.trainer._config import CLIP_ALGORITHMS, TrainerConfig, check_sync_batchnorm
 from core.trainer._logging import MetricStore
@@ -125,6 +126,8 @@ class Trainer:
         ``val_dataloader()`` again) before every n-th epoch; ``0``: once per fit.
     :param barebones: Turn off everything that costs speed (logging and ``self.log``, checkpointing, the progress
         bar, the model summary, the sanity check) to measure the loop alone; asking for one of them is an error.
+    :param profiler: Time the run's actions and report them at the end of each entry point: ``"simple"``,
+        ``"advanced"``, ``"pytorch"`` or a :class:`core.profilers.Profiler` (``None``: off, nothing wrapped).
     """
 
     def __init__(
@@ -167,6 +170,7 @@ class Trainer:
         sync_batchnorm: bool = False,
         reload_dataloaders_every_n_epochs: int = 0,
         barebones: bool = False,
+        profiler: object = None,
     ) -> None:
         self._lite_settings: dict[str, Any] = {
             "accelerator": accelerator,
@@ -196,7 +200,8 @@ class Trainer:
             check_sync_batchnorm(lite.active.config.world_size, "cpu")  # before any process starts
         if barebones:
             _check_barebones(logger=logger, enable_checkpointing=enable_checkpointing,
-                             enable_progress_bar=enable_progress_bar, enable_model_summary=enable_model_summary)
+                             enable_progress_bar=enable_progress_bar, enable_model_summary=enable_model_summary,
+                             profiler=profiler)
             logger, enable_checkpointing, enable_progress_bar, enable_model_summary = False, False, False, False
         logger = True if logger is None else logger
         enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
@@ -207,6 +212,9 @@ class Trainer:
             callbacks = [kept for kept in _callback_list(callbacks) if not isinstance(kept, ModelCheckpoint)]
         if max_time is not None and not any(isinstance(c, Timer) for c in _callback_list(callbacks)):
             callbacks = [*_callback_list(callbacks), Timer(duration=max_time, interval="step", verbose=True)]
+        # None: nothing in the loop is wrapped (PassThroughProfiler is only what trainer.profiler reads then).
+        self.active_profiler: Profiler | None = profiler_from(profiler)
+        self.profiler: Profiler = self.active_profiler or PassThroughProfiler()
         self.loggers: list[Logger] = _as_loggers(logger, self.default_root_dir)
         if enable_model_summary and not any(isinstance(c, ModelSummary) for c in _callback_list(callbacks)):
             callbacks = [*_callback_list(callbacks), ModelSummary()]
