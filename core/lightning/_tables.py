@@ -157,3 +157,6 @@ PROFILERS: Final[dict[str, Entry]] = {
     "XLAProfiler": Unsupported("there is no TPU profiling here.", "PyTorchProfiler, or profiler='pytorch'."),
 }
 """``lightning.pytorch.profilers``."""
+
+TUNER: Final[dict[str, Entry]] = {"Tuner": Target("core.tuner", "Tuner")}
+"""``lightning.pytorch.tuner``."""

@@ -17,5 +17,5 @@ PYTORCH: Final = {
 __getattr__ = namespace_getattr(
     __name__,
     PYTORCH,
-    submodules=("accelerators", "callbacks", "loggers", "plugins", "profilers", "strategies", "utilities"),
+    submodules=("accelerators", "callbacks", "loggers", "plugins", "profilers", "strategies", "tuner", "utilities"),
 )

@@ -1,0 +1,8 @@
+"""``lightning.pytorch.tuner``, answered by core: see core/lightning/_tables.py for every name."""
+
+from __future__ import annotations
+
+from core.lightning._names import namespace_getattr
+from core.lightning._tables import TUNER
+
+__getattr__ = namespace_getattr(__name__, TUNER)
