@@ -197,8 +197,10 @@ class HivemindStrategy:
     @hookimpl
     def strategy_setup_environment(self) -> None:
         self._check_batch_sizes()
-        hivemind = _engine.load()
-        self._dht = hivemind.DHT(
+        _engine.load()
+        from ._dht import RobustDHT  # imports hivemind: only once it is known to be importable
+
+        self._dht = RobustDHT(
             start=True, initial_peers=self.initial_peers, host_maddrs=self.host_maddrs, **self.dht_options
         )
         addresses = ",".join(self.visible_maddrs())
