@@ -242,6 +242,12 @@ class Trainer:
     # The flags, read-only: set them when constructing the Trainer (``trainer.config`` holds them all).
 
     @property
+    def lite_settings(self) -> dict[str, Any]:
+        """The settings each run of this Trainer gives ``Lite`` (accelerator, strategy, devices, num_nodes,
+        precision, plugins), as passed; a copy (the Tuner builds its trial Trainers from it)."""
+        return dict(self._lite_settings)
+
+    @property
     def default_root_dir(self) -> str:
         return self.config.default_root_dir
 

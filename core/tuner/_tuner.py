@@ -269,7 +269,7 @@ class Tuner:
 
         trainer = self._trainer
         return Trainer(
-            **trainer._lite_settings, max_steps=steps, max_epochs=-1, logger=False, enable_checkpointing=False,
+            **trainer.lite_settings, max_steps=steps, max_epochs=-1, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
             callbacks=callbacks, accumulate_grad_batches=trainer.accumulate_grad_batches,
             gradient_clip_val=trainer.gradient_clip_val, gradient_clip_algorithm=trainer.gradient_clip_algorithm,
