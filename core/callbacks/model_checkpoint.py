@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from core._errors import ConfigurationError, CoreError
-from core.callbacks._callback import Callback
+from core.callbacks.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
     from core.module import Module
@@ -21,7 +21,7 @@ __all__ = ["ModelCheckpoint"]
 _MODES: Final = ("min", "max")
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Save checkpoints of the run (weights, optimizers, loop position, ...: see docs/trainer.md).
 
     :param dirpath: Where to write; ``<default_root_dir>/checkpoints`` by default.

@@ -73,6 +73,8 @@ CALLBACKS: Final[dict[str, Entry]] = {
         for name in (
             "BasePredictionWriter",
             "Callback",
+            "Checkpoint",
+            "DeviceStatsMonitor",
             "EarlyStopping",
             "GradientAccumulationScheduler",
             "LambdaCallback",
@@ -80,6 +82,8 @@ CALLBACKS: Final[dict[str, Entry]] = {
             "ModelCheckpoint",
             "ModelSummary",
             "ProgressBar",
+            "RichModelSummary",
+            "RichProgressBar",
             "TQDMProgressBar",
             "Timer",
         )
@@ -89,18 +93,19 @@ CALLBACKS: Final[dict[str, Entry]] = {
         for name in (
             "BackboneFinetuning",
             "BaseFinetuning",
-            "BatchSizeFinder",
-            "Checkpoint",
-            "DeviceStatsMonitor",
             "EMAWeightAveraging",
-            "LearningRateFinder",
             "OnExceptionCheckpoint",
-            "RichModelSummary",
-            "RichProgressBar",
             "StochasticWeightAveraging",
             "ThroughputMonitor",
             "WeightAveraging",
         )
+    },
+    **{
+        name: Unsupported(
+            "it tunes inside a running fit, and a trial fit cannot start inside one here.",
+            f"core.tuner.Tuner(trainer).{method}(model) before trainer.fit(model) (lightning.pytorch.tuner.Tuner).",
+        )
+        for name, method in (("LearningRateFinder", "lr_find"), ("BatchSizeFinder", "scale_batch_size"))
     },
     "EmailCallback": Unsupported("sending mail is outside a training toolkit's job.", _NEW_CALLBACK),
     "ModelPruning": Unsupported(

@@ -355,7 +355,12 @@ class Trainer:
                     f"callbacks=[..., {callback!r}, ...]: expected core.callbacks.Callback objects."
                 )
         has_checkpoint = any(isinstance(callback, ModelCheckpoint) for callback in callbacks)
-        has_progress_bar = any(isinstance(callback, ProgressBar) for callback in callbacks)
+        bars = [type(callback).__name__ for callback in callbacks if isinstance(callback, ProgressBar)]
+        if len(bars) > 1:
+            raise ConfigurationError(
+                f"callbacks hold {len(bars)} progress bars ({', '.join(bars)}); one draws the progress: keep one."
+            )
+        has_progress_bar = bool(bars)
         if has_checkpoint and not checkpointing:
             raise ConfigurationError("A ModelCheckpoint is in callbacks but enable_checkpointing=False; drop one.")
         if has_progress_bar and not progress_bar:
