@@ -14,9 +14,9 @@ from pathlib import Path
 import nd_transformer as nd
 import torch
 from core_pipeline import PipelineStrategy
+from pp_trainer import Language
 
 import core
-from pp_trainer import Language
 
 
 def make_mistake(lite: core.Lite, mistake: str) -> None:
