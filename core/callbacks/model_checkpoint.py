@@ -113,7 +113,8 @@ class ModelCheckpoint(Checkpoint):
     @property
     def best_model_score(self) -> torch.Tensor | None:
         best = self.best_k_models.get(self.best_model_path)
-        return None if best is None else torch.tensor(best)
+        # float64: the exact score best_k_models holds (a float32 tensor would round it).
+        return None if best is None else torch.tensor(best, dtype=torch.float64)
 
     @property
     def kth_value(self) -> float:

@@ -11,8 +11,6 @@ from typing import Final
 
 from core.lightning._names import Entry, Target, Unsupported
 
-_NOT_YET = "not implemented in this version of core yet (docs/migrating-from-lightning.md tracks it)."
-
 _PLUGIN_CLASS = (
     "core's strategies are plugins selected by alias; write a class with @core.hookimpl methods "
     "(python -m core.plugins new strategy mine), not a subclass of a Lightning base class."
@@ -71,32 +69,27 @@ CALLBACKS: Final[dict[str, Entry]] = {
     **{
         name: Target("core.callbacks", name)
         for name in (
+            "BackboneFinetuning",
+            "BaseFinetuning",
             "BasePredictionWriter",
             "Callback",
             "Checkpoint",
             "DeviceStatsMonitor",
+            "EMAWeightAveraging",
             "EarlyStopping",
             "GradientAccumulationScheduler",
             "LambdaCallback",
             "LearningRateMonitor",
             "ModelCheckpoint",
             "ModelSummary",
+            "OnExceptionCheckpoint",
             "ProgressBar",
             "RichModelSummary",
             "RichProgressBar",
-            "TQDMProgressBar",
-            "Timer",
-        )
-    },
-    **{
-        name: Unsupported(_NOT_YET, _NEW_CALLBACK)
-        for name in (
-            "BackboneFinetuning",
-            "BaseFinetuning",
-            "EMAWeightAveraging",
-            "OnExceptionCheckpoint",
             "StochasticWeightAveraging",
+            "TQDMProgressBar",
             "ThroughputMonitor",
+            "Timer",
             "WeightAveraging",
         )
     },

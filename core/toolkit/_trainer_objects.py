@@ -74,5 +74,12 @@ class StatefulList:
                 f"The checkpoint holds {found}, but configure_optimizers gave {len(self.items)} {self.what}; resume "
                 f"with the same optimizers and schedulers, or load only the weights."
             )
-        for item, state in zip(self.items, states, strict=True):
-            item.load_state_dict(state)
+        for index, (item, state) in enumerate(zip(self.items, states, strict=True)):
+            try:
+                item.load_state_dict(state)
+            except ValueError as error:  # torch: other parameter groups, or groups of other sizes
+                raise CheckpointError(
+                    f"The checkpoint's state for {self.what} {index} ({type(item).__name__}) does not fit it: {error} "
+                    f"Build the same parameter groups as the run that saved it (a fine-tuning callback that added "
+                    f"groups must be passed again), or load only the weights."
+                ) from error
