@@ -33,8 +33,16 @@ lint: setup
 # The import packages of every distribution (a directory with an __init__.py), never the *.egg-info next to them.
 PACKAGES := $(patsubst %/__init__.py,%,$(wildcard plugins/*/core_*/__init__.py contrib/*/core_*/__init__.py))
 
+# The tests are type-checked too, one directory at a time (every distribution's tests has its own conftest.py);
+# mypy finds the distributions' packages, and the N-D helper scripts other plugins' tests import, on this path.
+empty :=
+space := $(empty) $(empty)
+TEST_DIRS := tests $(wildcard plugins/*/tests contrib/*/tests)
+TEST_MYPYPATH := $(subst $(space),:,$(DISTS) plugins/core-model-parallel/tests/scripts)
+
 typecheck: setup
 	$(PY) -m mypy core bench $(PACKAGES)
+	for dir in $(TEST_DIRS); do MYPYPATH=$(TEST_MYPYPATH) $(PY) -m mypy "$$dir"; done
 
 unit: setup
 	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)

@@ -131,8 +131,12 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     # What the user overrides
     # ---------------------------------------------------------------------------------------------
 
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        """Compute the loss of one training batch.
+    # The step methods take ``*args, **kwargs`` as Lightning's do, so that an override with its own signature
+    # (``validation_step(self, batch, batch_idx)``, without ``dataloader_idx``) type-checks; the Trainer passes
+    # ``(batch, batch_idx)``, plus ``dataloader_idx`` when there are several evaluation loaders.
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Compute the loss of one training batch: ``training_step(batch, batch_idx)``.
 
         :return: The loss tensor, a dict with the loss under ``"loss"``, or ``None`` to skip this batch
             (no backward, no optimizer step).
@@ -141,18 +145,22 @@ class Module(_HyperparametersMixin, torch.nn.Module):
             f"{type(self).__qualname__} does not override training_step(batch, batch_idx), which fit() needs."
         )
 
-    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
-        """Evaluate one validation batch; log what you measure with :meth:`log`."""
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Evaluate one validation batch, ``validation_step(batch, batch_idx[, dataloader_idx])``; log what you
+        measure with :meth:`log`."""
         raise CoreError(
             f"{type(self).__qualname__} has validation data but does not override validation_step(batch, batch_idx)."
         )
 
-    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
-        """Evaluate one test batch; log what you measure with :meth:`log`."""
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Evaluate one test batch, ``test_step(batch, batch_idx[, dataloader_idx])``; log what you measure with
+        :meth:`log`."""
         raise CoreError(f"{type(self).__qualname__} does not override test_step(batch, batch_idx), which test() needs.")
 
-    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
-        """Return the prediction for one batch; by default ``self(batch)``."""
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Return the prediction for one batch, ``predict_step(batch, batch_idx[, dataloader_idx])``; by default
+        ``self(batch)``."""
+        batch = kwargs["batch"] if "batch" in kwargs else args[0]
         return self(batch)
 
     def configure_optimizers(self) -> Any:

@@ -103,7 +103,12 @@ def test_a_second_save_waits_for_the_first_and_writes_land_in_order(
     save(io, {"version": torch.tensor(1)}, target)
     assert gate.started.wait(timeout=10)
     returned = threading.Event()
-    second = threading.Thread(target=lambda: (save(io, {"version": torch.tensor(2)}, target), returned.set()))
+
+    def save_second() -> None:
+        save(io, {"version": torch.tensor(2)}, target)
+        returned.set()
+
+    second = threading.Thread(target=save_second)
     second.start()
     time.sleep(0.3)
     assert not returned.is_set(), "the second save returned while the first was still being written"
@@ -221,7 +226,7 @@ def test_the_loop_goes_on_while_a_large_state_is_written(io: AsyncCheckpointIO, 
     torch.set_num_threads(1)
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    state = {"model": model.state_dict(), "ballast": torch.randn(25_000_000)}  # 100 MB
+    state: dict[str, Any] = {"model": model.state_dict(), "ballast": torch.randn(25_000_000)}  # 100 MB
     start = time.perf_counter()
     TorchCheckpointIO().checkpoint_io_save(checkpoint=state, path=str(tmp_path / "sync.pt"), storage_options=None)
     sync_seconds = time.perf_counter() - start

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -57,7 +57,7 @@ def test_max_time_stops_training_at_a_step_boundary(tmp_path: Path) -> None:
     class Slow(Tiny):
         def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
             if self.trainer.global_step == 3:
-                self.trainer.callbacks[0]._offset = 3600.0  # an hour has passed, as far as the Timer knows
+                cast(Timer, self.trainer.callbacks[0])._offset = 3600.0  # an hour has passed, as far as the Timer knows
 
     fitted = trainer(tmp_path, max_epochs=100, max_time="00:00:30:00")
     fitted.fit(Slow(), train_dataloaders=data())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import pytest
 import torch
@@ -94,6 +94,10 @@ def assert_same(found: dict[str, torch.Tensor], expected: dict[str, torch.Tensor
         torch.testing.assert_close(found[name], tensor, msg=name)
 
 
+def mean(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return cast(torch.Tensor, sum(tensors)) / len(tensors)
+
+
 def params(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: value for name, value in state.items() if "running" not in name and "num_batches" not in name}
 
@@ -160,7 +164,7 @@ def test_should_update_decides_when_the_average_moves(tmp_path: Path) -> None:
     module = Net(batch_norm=False)
     trainer(tmp_path, [recorder, EveryEpoch(use_buffers=False)], max_epochs=3).fit(module, loader())
     ends = [recorder.after_step[(epoch + 1) * BATCHES - 1] for epoch in range(3)]
-    assert_same(module.state_dict(), {name: sum(end[name] for end in ends) / 3 for name in ends[0]})
+    assert_same(module.state_dict(), {name: mean([end[name] for end in ends]) for name in ends[0]})
     with pytest.raises(core.ConfigurationError, match=r"unknown option\(s\) \['decay'\]"):
         WeightAveraging(decay=0.5)
 
@@ -168,7 +172,7 @@ def test_should_update_decides_when_the_average_moves(tmp_path: Path) -> None:
 # StochasticWeightAveraging -------------------------------------------------------------------------------------------
 
 
-def expected_swa_lrs(start_lr: float, swa_lr: float, epochs: int, strategy: str) -> list[float]:
+def expected_swa_lrs(start_lr: float, swa_lr: float, epochs: int, strategy: Literal["cos", "linear"]) -> list[float]:
     """The rates SWALR gives an optimizer whose rate is ``start_lr`` when SWA begins, epoch by epoch."""
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=start_lr)
     optimizer.param_groups[0]["initial_lr"] = swa_lr
@@ -189,7 +193,7 @@ def test_swa_leaves_the_average_of_the_swa_epochs_and_swaps_the_scheduler(tmp_pa
     assert (swa.swa_start, swa.swa_end) == (2, 4)
     # Lightning's rule: the average takes in the weights at the start of epochs 2, 3 and 4 (0-based).
     averaged = recorder.epoch_start[2:5]
-    assert_same(module.state_dict(), {name: sum(state[name] for state in averaged) / 3 for name in averaged[0]})
+    assert_same(module.state_dict(), {name: mean([state[name] for state in averaged]) for name in averaged[0]})
     assert swa.n_averaged is not None and int(swa.n_averaged) == 3
     # StepLR halves the rate after epochs 0 and 1; then SWALR anneals linearly from 0.025 to 0.02.
     assert recorder.lrs[:2] == pytest.approx([0.1, 0.05])
@@ -202,13 +206,13 @@ def test_swa_recomputes_batch_norm_statistics_for_the_averaged_weights(tmp_path:
     module = Net(batch_norm=True)
     run = trainer(tmp_path, [recorder, swa], max_epochs=5)
     run.fit(module, loader())
-    averaged = {name: sum(state[name] for state in recorder.epoch_start[2:5]) / 3 for name in recorder.epoch_start[0]}
+    averaged = {name: mean([state[name] for state in recorder.epoch_start[2:5]]) for name in recorder.epoch_start[0]}
     assert_same(params(module.state_dict()), params(averaged))  # the extra epoch changed no weight
 
     # The statistics one pass over the training data gives the averaged weights (a plain average over batches).
     reference = Net(batch_norm=True)
     reference.load_state_dict(averaged)
-    norm = reference.net[1]
+    norm = cast(nn.BatchNorm1d, reference.net[1])
     norm.reset_running_stats()
     norm.momentum = None
     with torch.no_grad():

@@ -138,7 +138,7 @@ def test_a_module_of_another_shape_gets_the_mismatching_keys_with_both_shapes(tm
         assert all(torch.equal(a, b) for a, b in zip(before, snapshot(wider, torch.optim.SGD(wider.parameters())),
                                                      strict=True))
 
-        extra = torch.nn.Sequential(*build()[0], torch.nn.Linear(2, 2))
+        extra = torch.nn.Sequential(*build()[0].children(), torch.nn.Linear(2, 2))
         lacks = r"2 key\(s\) the module has and the checkpoint lacks: \['3.weight', '3.bias'\]"
         with pytest.raises(core.CheckpointError, match=lacks):
             lite.load(tmp_path / "small.ckpt", {"model": lite.setup(extra)})

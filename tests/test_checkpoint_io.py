@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ def io() -> TorchCheckpointIO:
 
 def test_round_trip_creates_parent_directories(io: TorchCheckpointIO, tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "ckpt.pt"
-    state = {"weight": torch.arange(6.0).reshape(2, 3), "step": 7, "nested": {"lr": [0.1, 0.01]}}
+    state: dict[str, Any] = {"weight": torch.arange(6.0).reshape(2, 3), "step": 7, "nested": {"lr": [0.1, 0.01]}}
     io.checkpoint_io_save(checkpoint=state, path=str(path), storage_options=None)
     loaded = io.checkpoint_io_load(path=str(path), map_location="cpu", weights_only=True)
     assert torch.equal(loaded["weight"], state["weight"])

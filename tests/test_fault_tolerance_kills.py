@@ -106,7 +106,12 @@ class Lines:
         self.seen: list[str] = []
         assert process.stdout is not None
         stream = process.stdout
-        threading.Thread(target=lambda: [self.lines.put(line) for line in stream], daemon=True).start()
+
+        def forward_lines() -> None:
+            for line in stream:
+                self.lines.put(line)
+
+        threading.Thread(target=forward_lines, daemon=True).start()
 
     def wait_for(self, prefix: str, timeout: float) -> str:
         deadline = time.monotonic() + timeout

@@ -44,6 +44,6 @@ def test_the_index_lists_exactly_the_aliases_the_first_party_distributions_decla
 
 def test_an_uninstalled_first_party_alias_says_what_to_install() -> None:
     assert first_party()[("strategy", "fsdp")] == "core-fsdp"
-    without_fsdp = core.Catalog([info for info in core.discover().entries if info.distribution != "core-fsdp"])
+    without_fsdp = core.Catalog(tuple(info for info in core.discover().entries if info.distribution != "core-fsdp"))
     with pytest.raises(core.UnknownPluginError, match="'fsdp' is provided by core-fsdp: pip install core-fsdp"):
         core.resolve(strategy="fsdp", catalog=without_fsdp)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -99,7 +100,7 @@ def test_every_table_entry_is_a_target_or_says_what_to_use_instead() -> None:
 def test_rank_zero_only_runs_on_rank_zero_only(monkeypatch: pytest.MonkeyPatch) -> None:
     from core.lightning.pytorch.utilities import rank_zero_only
 
-    calls = []
+    calls: list[Any] = []
     record = rank_zero_only(calls.append)
     monkeypatch.setenv("RANK", "1")
     assert record("on rank 1") is None

@@ -131,7 +131,7 @@ def test_use_distributed_sampler_false_keeps_the_sampler() -> None:
     launch(check, strategy=SplittingStrategy())
 
 
-class Endless(IterableDataset):  # type: ignore[type-arg]
+class Endless(IterableDataset[torch.Tensor]):
     def __iter__(self) -> Iterator[torch.Tensor]:
         return iter(torch.arange(4))
 
@@ -143,7 +143,7 @@ def test_iterable_datasets_are_left_to_the_user() -> None:
     assert launch(check, strategy=SplittingStrategy()) == [0, 1, 2, 3]
 
 
-class EveryOther(torch.utils.data.Sampler):  # type: ignore[type-arg]
+class EveryOther(torch.utils.data.Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         return iter(range(0, 10, 2))
 
@@ -152,7 +152,7 @@ class EveryOther(torch.utils.data.Sampler):  # type: ignore[type-arg]
 
 
 def test_custom_samplers_and_subclasses_cannot_be_split_and_say_what_to_do() -> None:
-    class MyLoader(DataLoader):  # type: ignore[type-arg]
+    class MyLoader(DataLoader[Any]):
         pass
 
     def check(lite: core.Lite) -> None:
@@ -163,10 +163,10 @@ def test_custom_samplers_and_subclasses_cannot_be_split_and_say_what_to_do() -> 
         with pytest.raises(core.ConfigurationError, match=r"cannot add a distributed sampler to a .*MyLoader"):
             lite.setup_dataloaders(MyLoader(dataset()))
         with pytest.raises(core.ConfigurationError, match=r"takes torch.utils.data.DataLoader objects, got list"):
-            lite.setup_dataloaders([1, 2])  # type: ignore[arg-type]
+            lite.setup_dataloaders([1, 2])  # type: ignore[call-overload]
         loader = lite.setup_dataloaders(DataLoader(dataset()), use_distributed_sampler=False)
         with pytest.raises(core.CoreError, match=r"already set up by Lite.setup_dataloaders"):
-            lite.setup_dataloaders(loader)  # type: ignore[arg-type]
+            lite.setup_dataloaders(loader)  # type: ignore[call-overload]
 
     launch(check, strategy=SplittingStrategy())
 

@@ -191,12 +191,14 @@ def test_a_pickled_launch_resolves_again_and_sets_up_the_receiving_process() -> 
     assert lite.launch(record_and_return, 4) == 4
     # The receiving side resolves the settings again (silently), then sets up and tears down as usual.
     assert calls == [*SETUP, "function(value=4, times=1, device=cpu)", *TEARDOWN]
-    assert lite.launch.__self__ is lite and lite._phase == "ended"  # the launching copy is done too
+    assert lite.launch.__self__ is lite and lite._phase == "ended"  # type: ignore[attr-defined]  # the launching copy is done too
 
 
 def test_the_received_lite_is_a_fresh_copy_on_the_same_settings() -> None:
     lite = recording_lite(PicklingStrategy())
-    received_is_same, in_child, strategy_name = lite.launch(describe_received, lite)
+    described = lite.launch(describe_received, lite)
+    assert described is not None
+    received_is_same, in_child, strategy_name = described
     assert not received_is_same and in_child and strategy_name == "single_device"
 
 
@@ -212,7 +214,7 @@ def test_a_pickled_launch_seeds_the_receiving_process_from_the_global_seed() -> 
     expected = torch.rand(3)
     torch.manual_seed(999)  # the launching process moved on; the received Lite must start from the seed again
     drawn = lite.launch(draw_three)
-    assert torch.equal(drawn, expected)
+    assert drawn is not None and torch.equal(drawn, expected)
 
 
 def describe_received(received: core.Lite, original: core.Lite) -> tuple[bool, bool, str]:

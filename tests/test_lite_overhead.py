@@ -68,4 +68,5 @@ def fastest(times: list[float]) -> float:
 @pytest.mark.timeout(300)
 def test_lite_adds_a_few_microseconds_per_step() -> None:
     added = core.Lite(accelerator="cpu", devices=1).launch(added_microseconds)
+    assert added is not None
     assert added < BOUND_US, f"Lite adds {added:.1f} us per step (bound {BOUND_US} us, budget 18 us)"

@@ -72,6 +72,7 @@ def lite_loop(lite: core.Lite, epochs: int = 3) -> torch.nn.Module:
 def test_raw_and_lite_loops_end_with_bitwise_identical_weights(precision: str) -> None:
     expected = raw_loop(DTYPES[precision])
     actual = core.Lite(accelerator="cpu", devices=1, precision=precision).launch(lite_loop)
+    assert actual is not None  # one process: rank 0's result
 
     initial, _ = model_and_optimizer()
     for (name, want), (_, got), (_, start) in zip(

@@ -172,6 +172,7 @@ def test_mlflow_file_backend_without_a_server(tmp_path: Path, monkeypatch: pytes
     assert run.info.status == "FINISHED"
     assert run.data.params == {"lr": "0.05", "hidden": "5"}
     assert set(run.data.metrics) == {"fit-train_loss", "fit-val_loss", "fit-epoch"}
+    assert logger.experiment_id is not None and logger.run_id is not None
     assert Path(logger.log_dir) == tmp_path / "mlruns" / logger.experiment_id / logger.run_id
     assert Path(logger.log_dir).is_dir()
 
@@ -240,7 +241,7 @@ def wandb_records(path: Path) -> Iterator[Any]:
         else:  # middle, last
             pending += chunk
         if kind in (1, 4):
-            record = wandb_internal_pb2.Record()
+            record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]  # generated protobuf module, no stubs
             record.ParseFromString(pending)
             yield record
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import numpy
 import pytest
@@ -41,7 +42,8 @@ def draws_through_lite(seed: int, workers: bool) -> torch.Tensor:
         loader = lite.setup_dataloaders(DataLoader(RandomAugmentations(), batch_size=2, shuffle=True, num_workers=2))
         return torch.cat(list(loader))
 
-    result: torch.Tensor = core.Lite(accelerator="cpu", devices=1).launch(epoch)
+    result = core.Lite(accelerator="cpu", devices=1).launch(epoch)
+    assert result is not None  # one process: rank 0's result
     return result
 
 
@@ -65,17 +67,20 @@ def test_workers_of_one_run_draw_different_numbers() -> None:
 
 
 def test_lite_attaches_the_worker_seeding_function_only_when_asked() -> None:
-    def init_fns(lite: core.Lite) -> list[object]:
+    def init_fns(lite: core.Lite) -> list[Any]:
         loaders = [DataLoader(RandomAugmentations(), num_workers=2), DataLoader(RandomAugmentations())]
         own = DataLoader(RandomAugmentations(), num_workers=2, worker_init_fn=print)
         return [loader.worker_init_fn for loader in lite.setup_dataloaders(*loaders, own)]
 
     core.seed_everything(1, workers=True, verbose=False)
-    seeded, no_workers, own = core.Lite(accelerator="cpu", devices=1).launch(init_fns)
+    found = core.Lite(accelerator="cpu", devices=1).launch(init_fns)
+    assert found is not None
+    seeded, no_workers, own = found
     assert seeded.func is worker_init_function and seeded.keywords == {"rank": 0}
     assert no_workers is None and own is print
     core.seed_everything(1, workers=False, verbose=False)
-    assert core.Lite(accelerator="cpu", devices=1).launch(init_fns)[0] is None
+    unseeded = core.Lite(accelerator="cpu", devices=1).launch(init_fns)
+    assert unseeded is not None and unseeded[0] is None
 
 
 def worker_draws(worker_id: int, rank: int) -> tuple[float, float, float]:

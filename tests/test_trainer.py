@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -43,7 +43,7 @@ def dataset(size: int = 96, seed: int = 123) -> TensorDataset:
     return TensorDataset(torch.randn(size, 10, generator=generator), torch.randint(0, 4, (size,), generator=generator))
 
 
-def network(dropout: float = 0.0) -> torch.nn.Module:
+def network(dropout: float = 0.0) -> torch.nn.Sequential:
     return torch.nn.Sequential(
         torch.nn.Linear(10, 32), torch.nn.Tanh(), torch.nn.Dropout(dropout), torch.nn.Linear(32, 4)
     )
@@ -69,7 +69,7 @@ class Classifier(core.Module):
         self.log("val_loss", F.cross_entropy(self(inputs), targets))
 
     def on_train_epoch_end(self) -> None:
-        self.log("weight_norm", self.net[0].weight.norm())
+        self.log("weight_norm", cast(torch.nn.Linear, self.net[0]).weight.norm())
 
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
@@ -113,6 +113,7 @@ def lite_loop(lite: core.Lite, steps: int, accumulate: int, clip: float | None) 
 def test_trainer_and_a_lite_loop_end_with_bitwise_identical_weights(accumulate: int, clip: float | None) -> None:
     steps = 14  # not a whole number of epochs: the Trainer stops in the middle of one
     expected = core.Lite(accelerator="cpu", devices=1).launch(lite_loop, steps, accumulate, clip)
+    assert expected is not None  # one process: rank 0's result
 
     core.seed_everything(0, verbose=False)
     module = Classifier()
@@ -132,6 +133,7 @@ def test_trainer_and_a_lite_loop_end_with_bitwise_identical_weights(accumulate: 
 
 def test_the_parity_check_notices_one_step_more() -> None:
     expected = core.Lite(accelerator="cpu", devices=1).launch(lite_loop, 14, 1, None)
+    assert expected is not None
     core.seed_everything(0, verbose=False)
     module = Classifier()
     trainer = core.Trainer(accelerator="cpu", max_steps=15, logger=False, enable_checkpointing=False,
@@ -177,7 +179,7 @@ def test_fit_two_epochs_then_resume_to_four_equals_four_uninterrupted(tmp_path: 
 
 
 def test_resume_from_a_checkpoint_in_the_middle_of_an_epoch(tmp_path: Path) -> None:
-    every_5_steps = {"callbacks": [ModelCheckpoint(every_n_train_steps=5, save_top_k=-1)]}
+    every_5_steps: dict[str, Any] = {"callbacks": [ModelCheckpoint(every_n_train_steps=5, save_top_k=-1)]}
     full, full_log = fit(tmp_path / "full", 3, **every_5_steps)
     middle = tmp_path / "full" / "checkpoints" / "epoch=1-step=10.ckpt"  # 6 batches per epoch: batch 4 of epoch 1
     assert middle.exists(), sorted(path.name for path in middle.parent.iterdir())

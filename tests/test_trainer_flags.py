@@ -153,7 +153,8 @@ def test_sync_batchnorm_converts_the_layers_and_refuses_cpu_processes(tmp_path: 
     module = Seen()
     trainer(tmp_path, max_epochs=1, limit_train_batches=2, sync_batchnorm=True).fit(module)
     assert isinstance(module.net[1], torch.nn.SyncBatchNorm)  # one process: it normalises like BatchNorm1d
-    assert module.net[1].num_batches_tracked.item() == 2
+    tracked = module.net[1].num_batches_tracked
+    assert tracked is not None and tracked.item() == 2
     if importlib.util.find_spec("core_ddp") is not None:  # refused when the Trainer is made, before any process
         with pytest.raises(core.ConfigurationError, match=r"sync_batchnorm=True\) on 2 processes of device type 'cpu'"):
             core.Trainer(accelerator="cpu", strategy="ddp", devices=2, sync_batchnorm=True)
@@ -179,6 +180,6 @@ def test_barebones_turns_the_costly_features_off_and_refuses_them_when_asked(tmp
                         ("enable_model_summary", True), ("num_sanity_val_steps", 2), ("fast_dev_run", 1),
                         ("detect_anomaly", True)]:
         with pytest.raises(core.ConfigurationError, match=rf"barebones=True, {flag}={value!r}\)"):
-            core.Trainer(accelerator="cpu", devices=1, barebones=True, **{flag: value})
+            core.Trainer(accelerator="cpu", devices=1, barebones=True, **{flag: value})  # type: ignore[arg-type]
     assert math.isclose(trainer(tmp_path).num_sanity_val_steps, 0)
     assert core.Trainer(accelerator="cpu", devices=1, logger=False).num_sanity_val_steps == 2  # the default

@@ -492,6 +492,14 @@ class Lite:
         self._single_module = strategy_module if self._module_count == 1 else None
         return LiteModule(forward_module, converted, self._hooks, strategy_module)
 
+    @overload
+    def setup_optimizers(self, optimizer: torch.optim.Optimizer, /) -> LiteOptimizer: ...
+
+    @overload
+    def setup_optimizers(
+        self, first: torch.optim.Optimizer, second: torch.optim.Optimizer, /, *more: torch.optim.Optimizer
+    ) -> tuple[LiteOptimizer, ...]: ...
+
     def setup_optimizers(self, *optimizers: torch.optim.Optimizer) -> LiteOptimizer | tuple[LiteOptimizer, ...]:
         """Let the strategy set up each optimizer; returns one optimizer, or a tuple of several."""
         wrapped = tuple(self._setup_optimizer(optimizer) for optimizer in optimizers)
@@ -510,6 +518,22 @@ class Lite:
         self._check_optimizer(optimizer)
         prepared = self._hooks.strategy_setup_optimizer(optimizer=optimizer)
         return wrap_optimizer(prepared, self._hooks.strategy_optimizer_step)
+
+    @overload
+    def setup_dataloaders(
+        self, dataloader: DataLoader[Any], /, *, use_distributed_sampler: bool = True, move_to_device: bool = True
+    ) -> LiteDataLoader: ...
+
+    @overload
+    def setup_dataloaders(
+        self,
+        first: DataLoader[Any],
+        second: DataLoader[Any],
+        /,
+        *more: DataLoader[Any],
+        use_distributed_sampler: bool = True,
+        move_to_device: bool = True,
+    ) -> list[LiteDataLoader]: ...
 
     def setup_dataloaders(
         self, *dataloaders: DataLoader[Any], use_distributed_sampler: bool = True, move_to_device: bool = True

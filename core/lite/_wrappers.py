@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -87,7 +87,15 @@ class LiteModule(torch.nn.Module):
         return f"LiteModule({self.module!r})"
 
 
-class LiteOptimizer:
+if TYPE_CHECKING:
+    # Every instance is of a subclass of LiteOptimizer and the optimizer's class (see _optimizer_wrapper_class):
+    # type checkers see that through this base, so a set-up optimizer goes wherever an Optimizer is expected.
+    _OptimizerAtRunTime = torch.optim.Optimizer
+else:
+    _OptimizerAtRunTime = object
+
+
+class LiteOptimizer(_OptimizerAtRunTime):
     """A set-up optimizer: ``step`` goes through the strategy's hook, everything else is the optimizer's.
 
     Instances are of a subclass of both this class and the optimizer's class (made once per optimizer

@@ -216,7 +216,7 @@ class MLFlowLogger(Logger):
 
     @rank_zero_only
     def _scan_and_log_checkpoints(self, checkpoint_callback: Any) -> None:
-        import yaml  # type: ignore[import-untyped]
+        import yaml
 
         for mtime, path in new_checkpoints(checkpoint_callback, self._logged_model_time):
             metadata = checkpoint_metadata(checkpoint_callback, path, "Checkpoint", (

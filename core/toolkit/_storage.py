@@ -50,7 +50,7 @@ def local_path(path: str) -> Path | None:
 def filesystem(path: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
     """The ``fsspec`` filesystem for a URL and the path inside it."""
     try:
-        import fsspec  # type: ignore[import-untyped]
+        import fsspec
     except ImportError as error:  # fsspec comes with torch; a stripped environment may lack it
         raise ConfigurationError(
             f"The checkpoint path {path!r} is a URL, which needs fsspec: pip install fsspec."

@@ -142,7 +142,7 @@ def prepare_train_loader(
     """Set up the training loader; ``overfit`` (``overfit_batches`` > 0) turns its shuffling off."""
     if overfit:
         loader = _sequential(loader)
-    prepared = lite.setup_dataloaders(  # type: ignore[union-attr]
+    prepared = lite.setup_dataloaders(
         loader, use_distributed_sampler=use_distributed_sampler, move_to_device=False
     ).loader
     batches = limited(limit, _length(prepared), "limit_train_batches")
@@ -153,7 +153,7 @@ def prepare_eval_loader(
     lite: Lite, loader: DataLoader[Any], limit: int | float, flag: str, use_distributed_sampler: bool = True
 ) -> PreparedLoader:
     """Set up an evaluation loader; where the strategy splits data, split it without padding."""
-    prepared = lite.setup_dataloaders(  # type: ignore[union-attr]
+    prepared = lite.setup_dataloaders(
         loader, use_distributed_sampler=use_distributed_sampler, move_to_device=False
     ).loader
     sampler = prepared.sampler
@@ -171,7 +171,7 @@ def prepare_eval_loader(
         length = len(loader.dataset)  # type: ignore[arg-type]  # a map-style dataset has a length
         shard = ShardSampler(length, distributed.num_replicas, distributed.rank, cast(int, loader.batch_size))
         rebuilt = DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=shard, **copied_arguments(loader))
-        prepared = lite.setup_dataloaders(rebuilt, use_distributed_sampler=False, move_to_device=False).loader  # type: ignore[union-attr]
+        prepared = lite.setup_dataloaders(rebuilt, use_distributed_sampler=False, move_to_device=False).loader
         real = shard.real_batches
     batches = limited(limit, _length(prepared), flag)
     return PreparedLoader(prepared, batches, min(real, batches))

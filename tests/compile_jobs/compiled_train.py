@@ -10,7 +10,7 @@ the weights read back from the checkpoint into a plain, uncompiled model.
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -58,7 +58,8 @@ def strategy_of(name: str) -> Any:
 
 
 def main(lite: Lite, out: Path, compiled: bool) -> None:
-    model = torch.compile(net()) if compiled else net()
+    # torch.compile is typed as returning a plain Callable; at run time it is the OptimizedModule Lite takes.
+    model = cast(torch.nn.Module, torch.compile(net())) if compiled else net()
     model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.05))
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(96, 8, generator=generator)

@@ -9,6 +9,7 @@ operations), within a stated tolerance where floating-point sums are reordered a
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import subprocess
@@ -55,13 +56,17 @@ def weights(out: Path) -> dict[str, torch.Tensor]:
     return torch.load(out / "weights.pt", weights_only=True)
 
 
+def _prefixed(name: str, message: str) -> str:
+    return f"{name}: {message}"
+
+
 def assert_same(found: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], atol: float = 0.0) -> None:
     assert list(found) == list(expected)
     for name, tensor in expected.items():
         if atol == 0.0:
             assert torch.equal(found[name], tensor), f"{name} differs: max {(found[name] - tensor).abs().max()}"
         else:
-            torch.testing.assert_close(found[name], tensor, atol=atol, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+            torch.testing.assert_close(found[name], tensor, atol=atol, rtol=0, msg=functools.partial(_prefixed, name))
 
 
 def mse(net: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

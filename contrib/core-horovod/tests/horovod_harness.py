@@ -44,7 +44,7 @@ class Finished:
 
 
 def _sockets(root: psutil.Process) -> set[tuple[str, str, str]]:
-    seen = set()
+    seen: set[tuple[str, str, str]] = set()
     try:
         processes = [root, *root.children(recursive=True)]
     except psutil.Error:

@@ -7,10 +7,11 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
+from core_amp import MixedPrecision
 
 import core
 from core import discover
@@ -71,7 +72,8 @@ def _overflow_step(lite: core.Lite) -> dict[str, Any]:
     model = torch.nn.Linear(8, 2)
     model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.5))
     features, labels = dataset()
-    scaler = lite.active.precision.scaler
+    scaler = cast(MixedPrecision, lite.active.precision).scaler
+    assert scaler is not None
     scale = scaler.get_scale()
     loss = torch.nn.functional.cross_entropy(model(features), labels)
     lite.backward(loss)

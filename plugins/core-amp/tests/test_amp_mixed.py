@@ -11,9 +11,11 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import cast
 
 import pytest
 import torch
+from core_amp import MixedPrecision
 
 import core
 from core import Catalog, discover
@@ -54,9 +56,31 @@ def train_step(
     return loss.detach()
 
 
+def mixed(active: core.ActiveSet) -> MixedPrecision:
+    """The active precision plugin (an ActiveSet holds plugins as plain objects)."""
+    return cast(MixedPrecision, active.precision)
+
+
+def scaler(active: core.ActiveSet) -> torch.amp.GradScaler:
+    """The 16-mixed precision's gradient scaler."""
+    found = mixed(active).scaler
+    assert found is not None
+    return found
+
+
+def grad(parameter: torch.Tensor) -> torch.Tensor:
+    assert parameter.grad is not None
+    return parameter.grad
+
+
+def first(model: torch.nn.Module) -> torch.nn.Linear:
+    """The first layer of a small_model()."""
+    return cast(torch.nn.Linear, cast(torch.nn.Sequential, model)[0])
+
+
 def record_output_dtypes(model: torch.nn.Module) -> list[torch.dtype]:
     dtypes: list[torch.dtype] = []
-    model[0].register_forward_hook(lambda module, args, output: dtypes.append(output.dtype))
+    first(model).register_forward_hook(lambda module, args, output: dtypes.append(output.dtype))
     return dtypes
 
 
@@ -88,13 +112,13 @@ def test_output_of_the_forward_is_converted_back_to_float32() -> None:
 
 def test_bf16_mixed_has_no_scaler_and_no_state() -> None:
     active = resolve("bf16-mixed")
-    assert active.precision.scaler is None
+    assert mixed(active).scaler is None
     assert active.hook.precision_state_dict() == {}
 
 
 def test_autocast_takes_the_device_type_of_the_connected_device() -> None:
     active = resolve("16-mixed")
-    assert active.precision.device_type == "cpu"  # before connection
+    assert mixed(active).device_type == "cpu"  # before connection
     active.device = torch.device("meta")
     with pytest.raises(core.ConfigurationError) as excinfo:
         active.hook.precision_autocast()
@@ -119,18 +143,18 @@ def test_16_mixed_scales_the_backward_and_unscales_once_before_clipping() -> Non
 
     # The unscaled reference loses precision in float16's narrow range (that is what scaling prevents).
     close = {"rtol": 1e-2, "atol": 1e-4}
-    scale = active.precision.scaler.get_scale()
+    scale = scaler(active).get_scale()
     assert scale == 2.0**16
-    scaled = model[0].weight.grad.clone()
-    torch.testing.assert_close(scaled / scale, reference[0].weight.grad, **close)
+    scaled = grad(first(model).weight).clone()
+    torch.testing.assert_close(scaled / scale, first(reference).weight.grad, rtol=close["rtol"], atol=close["atol"])
     active.hook.precision_unscale_gradients(optimizer=optimizer)
-    torch.testing.assert_close(model[0].weight.grad, scaled / scale)
+    torch.testing.assert_close(first(model).weight.grad, scaled / scale)
     # Clipping code may unscale again; the second call must change nothing (GradScaler alone would raise).
     active.hook.precision_unscale_gradients(optimizer=optimizer)
-    torch.testing.assert_close(model[0].weight.grad, scaled / scale)
-    before = model[0].weight.detach().clone()
+    torch.testing.assert_close(first(model).weight.grad, scaled / scale)
+    before = first(model).weight.detach().clone()
     active.hook.precision_optimizer_step(optimizer=optimizer, kwargs={})
-    torch.testing.assert_close(model[0].weight.detach(), before - 0.1 * scaled / scale)
+    torch.testing.assert_close(first(model).weight.detach(), before - 0.1 * scaled / scale)
 
 
 @pytest.mark.parametrize("bad_value", [math.inf, math.nan])
@@ -140,22 +164,22 @@ def test_an_inf_or_nan_gradient_skips_the_step_and_halves_the_scale(bad_value: f
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     features, labels = classification_data()
     train_step(active, model, optimizer, (features, labels))  # a normal step first: the scaler is in use
-    scale = active.precision.scaler.get_scale()
+    scale = scaler(active).get_scale()
 
     with active.hook.precision_autocast():
         loss = torch.nn.functional.cross_entropy(active.hook.precision_convert_output(data=model(features)), labels)
     optimizer.zero_grad()
     active.hook.precision_backward(tensor=loss, module=model)
-    model[2].bias.grad[0] = bad_value
+    grad(cast(torch.nn.Linear, model[2]).bias)[0] = bad_value
     before = [parameter.detach().clone() for parameter in model.parameters()]
     active.hook.precision_optimizer_step(optimizer=optimizer, kwargs={})
 
     for old, parameter in zip(before, model.parameters(), strict=True):
         assert torch.equal(old, parameter.detach()), "the step must be skipped entirely"
-    assert active.precision.scaler.get_scale() == scale * 0.5
+    assert scaler(active).get_scale() == scale * 0.5
 
     train_step(active, model, optimizer, (features, labels))
-    assert not torch.equal(before[0], model[0].weight.detach()), "the next finite step updates again"
+    assert not torch.equal(before[0], first(model).weight.detach()), "the next finite step updates again"
 
 
 def test_a_closure_is_run_before_the_scaled_step_and_lbfgs_is_refused() -> None:
@@ -171,10 +195,10 @@ def test_a_closure_is_run_before_the_scaled_step_and_lbfgs_is_refused() -> None:
         active.hook.precision_backward(tensor=loss, module=model)
         return loss
 
-    before = model[0].weight.detach().clone()
+    before = first(model).weight.detach().clone()
     returned = active.hook.precision_optimizer_step(optimizer=optimizer, kwargs={"closure": closure})
     assert isinstance(returned, torch.Tensor) and returned.ndim == 0
-    assert not torch.equal(before, model[0].weight.detach())
+    assert not torch.equal(before, first(model).weight.detach())
 
     lbfgs = torch.optim.LBFGS(model.parameters())
     with pytest.raises(core.ConfigurationError, match=r"cannot step LBFGS.*Use precision='bf16-mixed' or '32-true'"):
@@ -191,7 +215,7 @@ def _trained_scaler_state(active: core.ActiveSet, steps: int) -> dict[str, objec
     with active.hook.precision_autocast():
         loss = torch.nn.functional.cross_entropy(model(features).float(), labels)
     active.hook.precision_backward(tensor=loss, module=model)
-    model[0].weight.grad.fill_(math.inf)
+    grad(first(model).weight).fill_(math.inf)
     active.hook.precision_optimizer_step(optimizer=optimizer, kwargs={})
     train_step(active, model, optimizer, (features, labels))
     return active.hook.precision_state_dict()
@@ -208,7 +232,7 @@ def test_scaler_state_round_trips_through_a_weights_only_checkpoint(tmp_path: Pa
     loaded = restored.hook.checkpoint_io_load(path=path, map_location="cpu", weights_only=True)
     restored.hook.precision_load_state_dict(state=loaded["precision"])
     assert restored.hook.precision_state_dict() == state
-    assert restored.precision.scaler.get_scale() == 2.0**15
+    assert scaler(restored).get_scale() == 2.0**15
 
 
 def test_state_loaded_before_the_first_step_is_kept() -> None:
@@ -238,7 +262,7 @@ def test_legacy_spellings_warn_and_resolve_to_the_canonical_name(spelling: objec
     with pytest.warns(core.CoreDeprecationWarning, match=f"legacy spelling of '{canonical}'.*precision='{canonical}'"):
         active = resolve(spelling)
     assert active.config.precision == canonical
-    assert active.precision.name == canonical
+    assert mixed(active).name == canonical
 
 
 def test_canonical_spellings_do_not_warn(recwarn: pytest.WarningsRecorder) -> None:

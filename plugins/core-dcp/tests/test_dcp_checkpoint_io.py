@@ -58,7 +58,7 @@ def test_module_and_optimizer_state_come_back_as_load_state_dict_expects(
     # optimizer; both survive here, as does the module's version metadata.
     assert sorted(loaded["optimizer"]["state"]) == [0, 1, 2, 3]
     assert loaded["fresh"]["state"] == {}
-    assert loaded["model"]._metadata == model.state_dict()._metadata
+    assert loaded["model"]._metadata == model.state_dict()._metadata  # type: ignore[attr-defined]  # torch's own
     other_model, other_optimizer = trained()
     other_optimizer.load_state_dict(loaded["optimizer"])
     restored, saved = other_optimizer.state_dict()["state"][2], optimizer.state_dict()["state"][2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -14,6 +14,9 @@ pytestmark = [pytest.mark.distributed]
 
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import ddp_equivalence  # noqa: E402
+
+if TYPE_CHECKING:  # the fixtures' types (conftest is not importable by name at run time)
+    from conftest import Jobs
 
 
 def check_weights(directory: Path, variant: str, ranks: tuple[int, ...] = (0, 1)) -> None:
@@ -48,7 +51,7 @@ def test_gradient_accumulation_with_no_backward_sync_matches_the_large_batch(tra
 
 
 @pytest.mark.timeout(90)
-def test_two_nodes_started_by_two_core_run_commands_train_together(jobs, tmp_path: Path) -> None:
+def test_two_nodes_started_by_two_core_run_commands_train_together(jobs: Jobs, tmp_path: Path) -> None:
     from core.toolkit import find_free_port
 
     port = str(find_free_port())

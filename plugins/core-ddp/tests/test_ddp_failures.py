@@ -8,8 +8,12 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # the fixtures' types (conftest is not importable by name at run time)
+    from conftest import Finished, Jobs
 
 pytestmark = [pytest.mark.distributed]
 
@@ -20,7 +24,7 @@ def failed_at(directory: Path) -> float:
     return float((directory / "failed_at").read_text())
 
 
-def check_teardown(finished, directory: Path, launcher_killed: bool = False) -> float:  # type: ignore[no-untyped-def]
+def check_teardown(finished: Finished, directory: Path, launcher_killed: bool = False) -> float:
     assert finished.leftovers == [], f"processes left behind: {finished.leftovers}\n{finished.output}"
     if not launcher_killed:  # a SIGKILLed launcher cannot remove its scratch directory; anyone else must
         assert [name for name in finished.temporary if name.startswith("core-")] == [], finished.temporary
@@ -30,7 +34,7 @@ def check_teardown(finished, directory: Path, launcher_killed: bool = False) -> 
     return elapsed
 
 
-def job(jobs, strategy: str, fail: str, rank: int, *extra: str) -> list[str]:  # type: ignore[no-untyped-def]
+def job(jobs: Jobs, strategy: str, fail: str, rank: int, *extra: str) -> list[str]:
     return jobs.script(
         "ddp_job.py", "--strategy", strategy, "--steps", "30", "--fail", fail, "--fail-rank", str(rank),
         "--fail-step", "10", *extra,
@@ -38,7 +42,7 @@ def job(jobs, strategy: str, fail: str, rank: int, *extra: str) -> list[str]:  #
 
 
 @pytest.mark.timeout(60)
-def test_a_child_rank_that_raises_stops_the_job_with_its_traceback(jobs, tmp_path: Path) -> None:
+def test_a_child_rank_that_raises_stops_the_job_with_its_traceback(jobs: Jobs, tmp_path: Path) -> None:
     finished = jobs.run(job(jobs, "ddp", "raise", 1))
     check_teardown(finished, tmp_path)
     assert finished.returncode == 1
@@ -50,7 +54,7 @@ def test_a_child_rank_that_raises_stops_the_job_with_its_traceback(jobs, tmp_pat
 
 
 @pytest.mark.timeout(60)
-def test_a_child_rank_killed_by_sigkill_stops_the_job(jobs, tmp_path: Path) -> None:
+def test_a_child_rank_killed_by_sigkill_stops_the_job(jobs: Jobs, tmp_path: Path) -> None:
     finished = jobs.run(job(jobs, "ddp", "kill", 1))
     check_teardown(finished, tmp_path)
     assert finished.returncode == 1
@@ -59,7 +63,7 @@ def test_a_child_rank_killed_by_sigkill_stops_the_job(jobs, tmp_path: Path) -> N
 
 
 @pytest.mark.timeout(60)
-def test_the_launching_rank_that_raises_stops_its_children(jobs, tmp_path: Path) -> None:
+def test_the_launching_rank_that_raises_stops_its_children(jobs: Jobs, tmp_path: Path) -> None:
     finished = jobs.run(job(jobs, "ddp", "raise", 0))
     check_teardown(finished, tmp_path)
     assert finished.returncode == 1
@@ -68,14 +72,14 @@ def test_the_launching_rank_that_raises_stops_its_children(jobs, tmp_path: Path)
 
 
 @pytest.mark.timeout(60)
-def test_the_launching_rank_killed_by_sigkill_takes_its_children_along(jobs, tmp_path: Path) -> None:
+def test_the_launching_rank_killed_by_sigkill_takes_its_children_along(jobs: Jobs, tmp_path: Path) -> None:
     finished = jobs.run(job(jobs, "ddp", "kill", 0))
     check_teardown(finished, tmp_path, launcher_killed=True)
     assert finished.returncode == -signal.SIGKILL
 
 
 @pytest.mark.timeout(60)
-def test_a_rank_that_stops_participating_fails_the_job_after_the_timeout(jobs, tmp_path: Path) -> None:
+def test_a_rank_that_stops_participating_fails_the_job_after_the_timeout(jobs: Jobs, tmp_path: Path) -> None:
     finished = jobs.run(job(jobs, "ddp", "sleep", 1, "--timeout", "5"))
     waited = finished.gone_at - failed_at(tmp_path)
     assert 4.5 < waited < 5 + TEARDOWN_BUDGET, finished.output
@@ -87,7 +91,7 @@ def test_a_rank_that_stops_participating_fails_the_job_after_the_timeout(jobs, t
 
 
 @pytest.mark.timeout(60)
-def test_an_exception_after_launch_without_a_function_stops_the_job(jobs, tmp_path: Path) -> None:
+def test_an_exception_after_launch_without_a_function_stops_the_job(jobs: Jobs, tmp_path: Path) -> None:
     finished = jobs.run(job(jobs, "ddp", "raise", 1, "--no-function"))
     check_teardown(finished, tmp_path)
     assert finished.returncode == 1
@@ -95,7 +99,7 @@ def test_an_exception_after_launch_without_a_function_stops_the_job(jobs, tmp_pa
 
 
 @pytest.mark.timeout(60)
-def test_core_run_stops_every_rank_when_one_raises(jobs, tmp_path: Path) -> None:
+def test_core_run_stops_every_rank_when_one_raises(jobs: Jobs, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "core.run", "--accelerator", "cpu", "--strategy", "ddp", "--devices", "2",
                *job(jobs, "ddp", "raise", 1)[1:]]
     finished = jobs.run(command)
@@ -106,7 +110,7 @@ def test_core_run_stops_every_rank_when_one_raises(jobs, tmp_path: Path) -> None
 
 
 @pytest.mark.timeout(60)
-def test_core_run_reports_a_rank_killed_by_a_signal(jobs, tmp_path: Path) -> None:
+def test_core_run_reports_a_rank_killed_by_a_signal(jobs: Jobs, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "core.run", "--accelerator", "cpu", "--strategy", "ddp", "--devices", "2",
                *job(jobs, "ddp", "kill", 0)[1:]]
     finished = jobs.run(command)
@@ -117,7 +121,7 @@ def test_core_run_reports_a_rank_killed_by_a_signal(jobs, tmp_path: Path) -> Non
 
 
 @pytest.mark.timeout(60)
-def test_workers_of_a_killed_core_run_launcher_do_not_survive_it(jobs, tmp_path: Path) -> None:
+def test_workers_of_a_killed_core_run_launcher_do_not_survive_it(jobs: Jobs, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "core.run", "--accelerator", "cpu", "--strategy", "ddp", "--devices", "2",
                *jobs.script("ddp_job.py", "--steps", "100000")[1:]]
     running = jobs.start(command)
@@ -132,7 +136,7 @@ def test_workers_of_a_killed_core_run_launcher_do_not_survive_it(jobs, tmp_path:
 
 
 @pytest.mark.timeout(60)
-def test_ddp_spawn_raises_in_the_caller_naming_the_failed_rank(jobs, tmp_path: Path) -> None:
+def test_ddp_spawn_raises_in_the_caller_naming_the_failed_rank(jobs: Jobs, tmp_path: Path) -> None:
     finished = jobs.run(job(jobs, "ddp_spawn", "raise", 1))
     # The caller is the user's program, not a rank: what counts is how soon it learns, with every rank gone.
     raised_after = float((tmp_path / "raised_at").read_text()) - failed_at(tmp_path)

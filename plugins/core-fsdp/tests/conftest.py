@@ -31,7 +31,7 @@ def run_script(name: str, *arguments: str, timeout: float = 90) -> subprocess.Co
         finished = subprocess.run([sys.executable, str(SCRIPTS / name), *arguments], env=environment, text=True,
                                   capture_output=True, timeout=timeout, start_new_session=True)
     except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"{name} did not finish within {timeout} s:\n{expired.stdout}\n{expired.stderr}")
+        pytest.fail(f"{name} did not finish within {timeout} s:\n{expired.output!r}\n{expired.stderr!r}")
     if finished.returncode != 0:
         pytest.fail(f"{name} exited with {finished.returncode}:\n{finished.stdout}\n{finished.stderr}")
     return finished

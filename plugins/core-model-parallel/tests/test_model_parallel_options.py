@@ -60,7 +60,7 @@ def test_the_alias_resolves_with_sharded_checkpoints_by_default() -> None:
     lite = core.Lite(accelerator="cpu", strategy="model_parallel", devices=2)
     assert isinstance(lite.strategy, ModelParallelStrategy)
     assert lite.active.config.checkpoint_io == "distributed"
-    assert lite.strategy.mesh_shape.sizes == (1, 2)  # type: ignore[attr-defined]
+    assert lite.strategy.mesh_shape.sizes == (1, 2)
     full = core.Lite(accelerator="cpu", strategy=ModelParallelStrategy(save_distributed_checkpoint=False), devices=2)
     assert full.active.config.checkpoint_io == "torch"
 

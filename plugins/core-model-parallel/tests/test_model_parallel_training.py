@@ -129,8 +129,10 @@ def test_sharded_and_full_checkpoints_load_into_one_process(runs: Path, job: Job
 
     # A plain module in one process: the shards come back as whole tensors.
     alone = core.Lite(accelerator="cpu", devices=1, plugins=["distributed"])
-    sharded, step = alone.launch(load, runs / "2x1-checkpoint")
-    full, _ = core.Lite(accelerator="cpu", devices=1).launch(load, runs / "2x1-full-checkpoint.pt")
+    loaded_sharded = alone.launch(load, runs / "2x1-checkpoint")
+    loaded_full = core.Lite(accelerator="cpu", devices=1).launch(load, runs / "2x1-full-checkpoint.pt")
+    assert loaded_sharded is not None and loaded_full is not None  # one process: rank 0's results
+    (sharded, step), (full, _) = loaded_sharded, loaded_full
     assert step == HALF
     assert sharded.keys() == full.keys() == reference[1].keys()
     for name in sharded:

@@ -26,7 +26,7 @@ def test_a_stage_view_shares_the_parameters_and_keeps_the_whole_models_names() -
     model = nd.model()
     first = view(model, ["embed", "layers.0", "layers.1"])
     assert sorted({key.split(".")[0] for key in first.state_dict()}) == ["embed", "layers"]
-    assert first.embed is model.embed and first.norm is None and first.head is None  # type: ignore[union-attr]
+    assert first.embed is model.embed and first.norm is None and first.head is None
     assert list(first.layers) == ["0", "1"] and list(model.layers) == ["0", "1", "2", "3"]  # the model is untouched
     tokens = torch.zeros(2, nd.SEQUENCE, dtype=torch.long)
     assert first(tokens).shape == (2, nd.SEQUENCE, nd.DIM)  # the forward skips what the stage does not hold

@@ -24,10 +24,10 @@ def train(lite: core.Lite) -> dict[str, object]:
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(inputs, targets), batch_size=32)
     model = torch.nn.Linear(8, 1)
     model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
-    loader = lite.setup_dataloaders(loader)
+    set_up = lite.setup_dataloaders(loader)
     first_loss = last_loss = None
     for _epoch in range(5):
-        for batch_inputs, batch_targets in loader:
+        for batch_inputs, batch_targets in set_up:
             loss = torch.nn.functional.mse_loss(model(batch_inputs), batch_targets)
             optimizer.zero_grad()
             lite.backward(loss)
@@ -41,7 +41,7 @@ def train(lite: core.Lite) -> dict[str, object]:
         "global_rank": lite.global_rank,
         "local_rank": lite.local_rank,
         "node_rank": lite.node_rank,
-        "batches": len(loader),
+        "batches": len(set_up),
         "first_loss": first_loss,
         "last_loss": last_loss,
         "digest": hashlib.sha256(weights.numpy().tobytes()).hexdigest(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurm_cluster import SlurmCluster, json_reports
@@ -18,10 +19,7 @@ def test_srun_two_tasks_train_with_ddp_and_agree(slurm_cluster: SlurmCluster) ->
     result = slurm_cluster.srun(
         ["--nodes=1", "--ntasks-per-node=2", "--job-name=ddp", sys.executable, str(TRAIN), "2", "1"], timeout=200
     )
-    reports = sorted(
-        json_reports(result.stdout),
-        key=lambda report: report["global_rank"],
-    )
+    reports: list[dict[str, Any]] = sorted(json_reports(result.stdout), key=lambda report: str(report["global_rank"]))
     assert [(r["environment"], r["global_rank"], r["local_rank"], r["world_size"]) for r in reports] == [
         ("slurm", 0, 0, 2), ("slurm", 1, 1, 2),
     ], result.stdout + result.stderr

@@ -1,3 +1,5 @@
+# mypy: allow-untyped-defs
+# (written as Lightning users write their scripts: untyped; the migration suite runs them unchanged)
 """Manual optimization with two optimizers (GAN style): toggle_optimizer, manual_backward, optimizers()."""
 
 import torch

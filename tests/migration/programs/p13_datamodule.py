@@ -1,4 +1,8 @@
+# mypy: allow-untyped-defs
+# (written as Lightning users write their scripts: untyped; the migration suite runs them unchanged)
 """A LightningDataModule (prepare_data, setup per stage, loaders) used by fit, validate and test."""
+
+from typing import Any
 
 import torch
 from _common import arguments, classification_data, loader, strategy_for, write_result
@@ -11,7 +15,7 @@ class Digits(L.LightningDataModule):
     def __init__(self, batch_size: int = 16) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.stages = []
+        self.stages: list[Any] = []
 
     def prepare_data(self) -> None:
         self.prepared = True  # downloading would happen here, on one process per node

@@ -1,4 +1,8 @@
+# mypy: allow-untyped-defs
+# (written as Lightning users write their scripts: untyped; the migration suite runs them unchanged)
 """Batch-transfer hooks, an overridden optimizer_step (LR warm-up), configure_gradient_clipping, freeze."""
+
+from typing import Any
 
 import torch
 from _common import arguments, loader, make_net, regression_data, write_result
@@ -10,7 +14,7 @@ class Hooked(L.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.net = make_net()
-        self.calls = []
+        self.calls: list[Any] = []
 
     def on_before_batch_transfer(self, batch, dataloader_idx):
         self.calls.append("before")

@@ -7,6 +7,7 @@
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import psutil
 import torch
@@ -69,7 +70,7 @@ def main(lite: Lite, out: Path, accumulate: int) -> None:
 if __name__ == "__main__":
     out, strategy = Path(sys.argv[1]), sys.argv[2]
     accumulate = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    options = {"strategy": strategy}
+    options: dict[str, Any] = {"strategy": strategy}
     if strategy == "horovod" and accumulate > 1:
         from core_horovod import HorovodStrategy
 

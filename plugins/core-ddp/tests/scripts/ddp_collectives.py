@@ -30,7 +30,9 @@ def gathers(lite: core.Lite) -> dict[str, Any]:
         "matrix": {"shape": list(matrix.shape), "values": matrix.tolist()},
         "nested_a": nested["a"].tolist(),
         "nested_b": nested["b"][0].tolist(),
-        "sync_grads": {"values": differentiable.tolist(), "grad": source.grad.tolist()},
+        "sync_grads": {
+            "values": differentiable.tolist(), "grad": None if source.grad is None else source.grad.tolist()
+        },
     }
 
 
@@ -59,7 +61,7 @@ def reductions(lite: core.Lite) -> dict[str, Any]:
 
 def broadcasts(lite: core.Lite) -> dict[str, Any]:
     rank = lite.global_rank
-    payload = {"from": rank, "tensor": torch.arange(3) * (rank + 1), "nested": [rank, {"x": "text"}]}
+    payload: dict[str, Any] = {"from": rank, "tensor": torch.arange(3) * (rank + 1), "nested": [rank, {"x": "text"}]}
     received = lite.broadcast(payload, src=1)
     shaped = lite.broadcast(torch.ones(rank + 2), src=0)  # receivers hold a different shape
     return {

@@ -85,7 +85,7 @@ def main() -> int:
         lite = core.Lite(accelerator="cpu", strategy=strategy(args), devices=args.devices, num_nodes=args.num_nodes)
         if args.no_function:
             lite.launch()
-            returned = train(lite, args)
+            returned: str | None = train(lite, args)
         else:
             try:
                 returned = lite.launch(train, args)

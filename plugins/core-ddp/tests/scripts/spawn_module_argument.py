@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import torch
 
@@ -19,7 +20,7 @@ def train(lite: Lite, model: torch.nn.Module) -> list[float]:
     optimizer.step()
     if shared:
         raise RuntimeError("the rank trains parameters in shared memory")
-    return [float(value) for value in model.module.weight.detach().flatten()]
+    return [float(value) for value in cast(torch.nn.Linear, model.module).weight.detach().flatten()]
 
 
 if __name__ == "__main__":

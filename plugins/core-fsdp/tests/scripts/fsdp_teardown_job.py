@@ -14,7 +14,7 @@ import json
 import sys
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -37,7 +37,8 @@ def whole_values(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 def first_run(lite: core.Lite) -> dict[str, Any]:
     torch.manual_seed(0)
     whole = architecture()
-    KEPT["first_weight"] = whole[0].weight  # a reference taken before set-up, as an optimizer made before it holds
+    # A reference taken before set-up, as an optimizer made before it holds.
+    KEPT["first_weight"] = cast(torch.nn.Linear, cast(torch.nn.Sequential, whole)[0]).weight
     with lite.init_module(empty_init=True):
         empty = architecture()
     model, optimizer = lite.setup(whole, torch.optim.Adam(whole.parameters(), lr=0.1))

@@ -101,6 +101,7 @@ if __name__ == "__main__":
     checkpoint = Path(sys.argv[3]) if len(sys.argv) > 3 else None
     lite = core.Lite(accelerator="cpu", strategy=strategy(mode), devices=devices(mode))
     trained = lite.launch(run, mode, out, checkpoint)
+    assert trained is not None  # ddp-style launch: every rank runs this script and gets its own result
     # After launch the run is torn down: the module is plain and whole again on every rank.
     rank = lite.global_rank
     plain = not any(isinstance(tensor, DTensor) for tensor in trained.state_dict().values())

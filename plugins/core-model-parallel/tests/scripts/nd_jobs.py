@@ -32,7 +32,7 @@ def run_script(
         finished = subprocess.run([sys.executable, str(script), *arguments], env=environment, text=True,
                                   capture_output=True, timeout=timeout, start_new_session=True)
     except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"{script.name} did not finish within {timeout} s:\n{expired.stdout}\n{expired.stderr}")
+        pytest.fail(f"{script.name} did not finish within {timeout} s:\n{expired.output!r}\n{expired.stderr!r}")
     if check and finished.returncode != 0:
         pytest.fail(f"{script.name} exited with {finished.returncode}:\n{finished.stdout}\n{finished.stderr}")
     return finished

@@ -8,7 +8,7 @@ value, and ``embed`` / ``norm`` / ``head`` may be ``None`` (absent from this sta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -102,7 +102,7 @@ def parallelize_tensors_only(module: nn.Module, device_mesh: Any) -> nn.Module:
 
     plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
-    for block in module.layers.values():  # type: ignore[union-attr]
+    for block in cast(nn.ModuleDict, module.layers).values():
         parallelize_module(block, device_mesh["tensor_parallel"], plan)
     return module
 
@@ -112,7 +112,7 @@ def parallelize(module: nn.Module, device_mesh: Any) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
     parallelize_tensors_only(module, device_mesh)
-    for block in module.layers.values():  # type: ignore[union-attr]
+    for block in cast(nn.ModuleDict, module.layers).values():
         fully_shard(block, mesh=device_mesh["data_parallel"])
     fully_shard(module, mesh=device_mesh["data_parallel"])
     return module
