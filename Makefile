@@ -40,12 +40,17 @@ space := $(empty) $(empty)
 TEST_DIRS := tests $(wildcard plugins/*/tests contrib/*/tests)
 TEST_MYPYPATH := $(subst $(space),:,$(DISTS) plugins/core-model-parallel/tests/scripts)
 
+# One directory at a time: two mypy runs sharing .mypy_cache at once reported errors a serial run does not.
 typecheck: setup
 	$(PY) -m mypy core bench $(PACKAGES)
 	for dir in $(TEST_DIRS); do MYPYPATH=$(TEST_MYPYPATH) $(PY) -m mypy "$$dir"; done
 
+# Two pytest workers, one per core of the 2-core CI machine; a test file runs whole on one worker (--dist loadfile),
+# so a module's fixtures (a SLURM cluster, an MLflow server, a 2-process job) start once. PYTEST_WORKERS=0 runs
+# everything in this process, in order.
+PYTEST_WORKERS ?= 2
 unit: setup
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

@@ -27,14 +27,17 @@ ATOL = 1e-5
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def run(out: Path, strategy: str, mode: str) -> dict[str, object]:
-    out.mkdir(parents=True)
+def run(out: Path, strategy: str) -> tuple[dict[str, object], dict[str, object]]:
+    """One job trains the eager model, then the compiled one; returns (eager, compiled) results."""
+    for mode in ("eager", "compiled"):
+        (out / mode).mkdir(parents=True)
     environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
     environment["OMP_NUM_THREADS"] = "1"
-    finished = subprocess.run([sys.executable, str(SCRIPT), str(out), strategy, mode], capture_output=True,
+    finished = subprocess.run([sys.executable, str(SCRIPT), str(out), strategy], capture_output=True,
                               text=True, timeout=600, env=environment)
     assert finished.returncode == 0, finished.stderr[-4000:]
-    return torch.load(out / "result.pt", weights_only=True)
+    eager, compiled = (torch.load(out / mode / "result.pt", weights_only=True) for mode in ("eager", "compiled"))
+    return eager, compiled
 
 
 @pytest.mark.parametrize(
@@ -56,8 +59,7 @@ def run(out: Path, strategy: str, mode: str) -> dict[str, object]:
     ],
 )
 def test_a_compiled_model_trains_like_the_eager_one_and_checkpoints_plain_keys(tmp_path: Path, strategy: str) -> None:
-    eager = run(tmp_path / "eager", strategy, "eager")
-    compiled = run(tmp_path / "compiled", strategy, "compiled")
+    eager, compiled = run(tmp_path, strategy)
     assert compiled["keys"] == eager["keys"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
     for name, value in eager["weights"].items():  # type: ignore[attr-defined]
         torch.testing.assert_close(compiled["weights"][name], value, atol=ATOL, rtol=0)  # type: ignore[index]

@@ -268,6 +268,7 @@ def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     yield tmp_path
     if wandb.run is not None:
         wandb.finish()
+    wandb.teardown()  # stops the wandb-core service, which would otherwise live as long as this pytest process
 
 
 def test_wandb_offline_run_file_holds_config_and_metric_history(offline_wandb: Path) -> None:

@@ -1,10 +1,11 @@
-"""``python compiled_train.py OUT STRATEGY {eager,compiled}``: a tiny MLP trained 6 steps under Lite.
+"""``python compiled_train.py OUT STRATEGY``: a tiny MLP trained 6 steps under Lite, eager then compiled.
 
 STRATEGY is an alias, ``fsdp_blocks`` (fsdp with each Linear its own unit), or ``model_parallel_1x2`` /
 ``model_parallel_2x1`` (data x tensor parallel: the first layer
 column-wise and the last row-wise over the tensor dimension, ``fully_shard`` over the data dimension).
-With ``compiled`` the model is passed through ``torch.compile`` before ``lite.setup``. Global rank 0 writes
-OUT/result.pt: the full trained weights, the keys ``model.state_dict()`` (what ``lite.save`` writes) has, and
+Both runs share one launch (one set of processes, so one start-up): first the eager model, then a fresh one passed
+through ``torch.compile`` before ``lite.setup``. For each, global rank 0 writes OUT/{eager,compiled}/result.pt: the
+full trained weights, the keys ``model.state_dict()`` (what ``lite.save`` writes) has, and
 the weights read back from the checkpoint into a plain, uncompiled model.
 """
 
@@ -57,7 +58,12 @@ def strategy_of(name: str) -> Any:
     return ModelParallelStrategy(data_parallel_size=data, tensor_parallel_size=tensor, parallelize_fn=parallelize)
 
 
-def main(lite: Lite, out: Path, compiled: bool) -> None:
+def main(lite: Lite, out: Path) -> None:
+    for mode in ("eager", "compiled"):
+        train(lite, out / mode, compiled=mode == "compiled")
+
+
+def train(lite: Lite, out: Path, compiled: bool) -> None:
     # torch.compile is typed as returning a plain Callable; at run time it is the OptimizedModule Lite takes.
     model = cast(torch.nn.Module, torch.compile(net())) if compiled else net()
     model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.05))
@@ -67,7 +73,7 @@ def main(lite: Lite, out: Path, compiled: bool) -> None:
                                                batch_size=16 // copies(lite)))
     for features, targets in loader:
         optimizer.zero_grad()
-        lite.backward(torch.nn.functional.mse_loss(model(features), targets))
+        lite.backward(torch.nn.functional.mse_loss(model(features), targets), model=model)  # several engines: name it
         optimizer.step()
     weights = {name: full(value).detach().cpu() for name, value in model.state_dict().items()}
     lite.save(out / "checkpoint", {"model": model})
@@ -83,6 +89,6 @@ def main(lite: Lite, out: Path, compiled: bool) -> None:
 
 
 if __name__ == "__main__":
-    out, strategy, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    out, strategy = Path(sys.argv[1]), sys.argv[2]
     devices = 1 if strategy == "single_device" else 2
-    Lite(accelerator="cpu", strategy=strategy_of(strategy), devices=devices).launch(main, out, mode == "compiled")
+    Lite(accelerator="cpu", strategy=strategy_of(strategy), devices=devices).launch(main, out)

@@ -40,18 +40,21 @@ def _outside(ip: str) -> bool:
 
 
 class Watch:
-    """Polls the sockets of every process in some process groups and of every descendant of this process;
-    ``outside()`` lists those not on loopback (an unspecified local address, 0.0.0.0 or ::, means listening on
-    every interface: also outside)."""
+    """Polls the sockets of every process in some process groups and of every descendant of this process started
+    after the watch; ``outside()`` lists those not on loopback (an unspecified local address, 0.0.0.0 or ::, means
+    listening on every interface: also outside). Descendants older than the watch belong to earlier tests of this
+    pytest process (a wandb-core service lives as long as its parent), not to the job watched."""
 
     def __init__(self) -> None:
         self.groups: set[int] = set()
+        self._older = {process.pid for process in psutil.Process().children(recursive=True)}
         self.seen: set[tuple[int, str, str, str]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def processes(self) -> list[psutil.Process]:
-        found = {process.pid: process for process in psutil.Process().children(recursive=True)}
+        found = {process.pid: process for process in psutil.Process().children(recursive=True)
+                 if process.pid not in self._older}
         for process in psutil.process_iter():
             with contextlib.suppress(psutil.Error, OSError):
                 if os.getpgid(process.pid) in self.groups:
