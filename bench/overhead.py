@@ -6,12 +6,13 @@ raw and candidate alternate (A B A B ...) and the medians are compared.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bench._harness import Result, alternate
 
@@ -28,6 +29,10 @@ def _seconds_per_step(command: Sequence[str]) -> float:
     return float(json.loads(line)["seconds_per_step"])
 
 
+def _raw_sample(steps: int, ddp: bool) -> float:
+    return _seconds_per_step(_worker("raw", steps, ddp))
+
+
 def _worker(mode: str, steps: int, ddp: bool) -> list[str]:
     args = ["-m", "bench.overhead_worker", mode, str(steps), *(["--ddp"] if ddp else [])]
     if ddp and mode == "raw":
@@ -36,19 +41,13 @@ def _worker(mode: str, steps: int, ddp: bool) -> list[str]:
 
 
 def _compare(
-    candidate: str, steps: int, repetitions: int, ddp: bool, target: float, label: str, raw_once: float | None = None
+    candidate: str, steps: int, repetitions: int, ddp: bool, target: float, label: str,
+    baseline: Callable[[], float],
 ) -> Result:
-    """Candidate against the raw loop, A B A B ...; ``raw_once`` (tiny runs only) is one raw sample shared by
-    every candidate of the layout instead of a raw job per candidate."""
-    if raw_once is not None:
-        raw_s, ours_s = raw_once, _seconds_per_step(_worker(candidate, steps, ddp))
-        raw_all, ours_all = [raw_s], [ours_s]
-    else:
-        raw_s, ours_s, raw_all, ours_all = alternate(
-            lambda: _seconds_per_step(_worker("raw", steps, ddp)),
-            lambda: _seconds_per_step(_worker(candidate, steps, ddp)),
-            repetitions,
-        )
+    """Candidate against ``baseline`` (one sample of the raw loop per call), A B A B ..."""
+    raw_s, ours_s, raw_all, ours_all = alternate(
+        baseline, lambda: _seconds_per_step(_worker(candidate, steps, ddp)), repetitions
+    )
     return Result(
         f"step time, {label} vs raw loop ({'2-process DDP over gloo' if ddp else 'single process'})",
         ours_s, raw_s, "s", f"<= {target:.2f}x", met=ours_s / raw_s <= target,
@@ -103,8 +102,9 @@ def run(scale: int) -> list[Result]:
 
     for ddp in (False, True):
         repetitions = (9 if ddp else 7) if scale >= 100 else 1
-        # A tiny run only keeps the code paths alive: one raw job per layout serves its three candidates.
-        raw_once = _seconds_per_step(_worker("raw", scale, ddp)) if repetitions == 1 else None
+        baseline: Callable[[], float] = functools.partial(_raw_sample, scale, ddp)
+        if repetitions == 1:  # a tiny run only keeps the code paths alive: one raw job serves the three candidates
+            baseline = functools.cache(baseline)
         for mode, target, label in (
             ("lite", 1.02, "Lite"),
             ("trainer", 1.05, "Trainer (logger, checkpoints, progress bar off)"),
@@ -112,7 +112,7 @@ def run(scale: int) -> list[Result]:
         ):
             if mode in MODES:
                 results.append(
-                    _compare(mode, scale, repetitions, ddp=ddp, target=target, label=label, raw_once=raw_once)
+                    _compare(mode, scale, repetitions, ddp=ddp, target=target, label=label, baseline=baseline)
                 )
     for ddp in (False, True):
         results.append(_interleaved(scale, 15 if scale >= 100 else 1, ddp))
