@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,22 @@ def trained(out: Path) -> dict[str, Any]:
     return json.loads((out / "result.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def local_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Any]]:
+    """What ray_train.py trains to with 2 local ranks, per strategy: run once per strategy for the module (the
+    ddp 2x1 and 1x2 layouts share it: 2 nodes x 1 device is the same world of 2 to the math)."""
+    results: dict[str, dict[str, Any]] = {}
+
+    def reference(strategy: str) -> dict[str, Any]:
+        if strategy not in results:
+            local = tmp_path_factory.mktemp(f"local-{strategy}")
+            local_run([str(SCRIPTS / "ray_train.py"), str(local), strategy, "2", "local"])
+            results[strategy] = trained(local)
+        return results[strategy]
+
+    return reference
+
+
 def ran_in_cluster(cluster: RayCluster, result: dict[str, Any]) -> None:
     """The ranks were processes started by the cluster's raylet, not the driver or its children."""
     assert result["environment"] == "ray_worker"
@@ -60,20 +76,18 @@ def ran_in_cluster(cluster: RayCluster, result: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("strategy", "devices", "num_nodes"), [("ddp", 2, 1), ("fsdp", 2, 1), ("ddp", 1, 2)])
 def test_two_actors_train_to_the_weights_of_the_local_launch(
-    cluster: RayCluster, watch: SocketWatch, tmp_path: Path, strategy: str, devices: int, num_nodes: int
+    cluster: RayCluster, watch: SocketWatch, tmp_path: Path, local_reference: Callable[[str], dict[str, Any]],
+    strategy: str, devices: int, num_nodes: int,
 ) -> None:
-    on_ray, local = tmp_path / "ray", tmp_path / "local"
+    on_ray = tmp_path / "ray"
     on_ray.mkdir()
-    local.mkdir()
     finished = run_driver(cluster, [str(SCRIPTS / "ray_train.py"), str(on_ray), strategy, str(devices), "ray",
                                     str(num_nodes)], watch)
     assert finished.returncode == 0, finished.output[-6000:]
     result = trained(on_ray)
     assert (result["strategy"], result["world_size"]) == (strategy, 2)
     ran_in_cluster(cluster, result)
-    # The reference always has 2 local ranks: 2 nodes x 1 device is the same world of 2 to the math.
-    local_run([str(SCRIPTS / "ray_train.py"), str(local), strategy, "2", "local"])
-    reference = trained(local)
+    reference = local_reference(strategy)
     assert reference["environment"] == "local"
     assert result["state"] == reference["state"], "the Ray actors trained to other weights than the local launch"
 
