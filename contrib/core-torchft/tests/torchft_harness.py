@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +30,21 @@ HEARTBEAT_TIMEOUT_MS = 1000
 _LAUNCH_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "CORE_DDP_JOB",
                      "CORE_LISTEN_FD", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS", "TORCHFT_LIGHTHOUSE",
                      "CORE_TORCHFT_HOST", "GLOO_SOCKET_IFNAME")
+
+
+def _nameservers() -> frozenset[str]:
+    """The resolvers of /etc/resolv.conf. torch's c10d store formats the peer of every connection with getnameinfo,
+    and glibc asks the resolver for the name of the IPv4-mapped ::ffff:127.0.0.1 (a PTR query for
+    1.0.0.127.in-addr.arpa) that /etc/hosts does not answer: a UDP socket to port 53 of one of these is that
+    lookup, made by libc in every process that joins a store (seen with strace), not traffic of the job."""
+    try:
+        lines = Path("/etc/resolv.conf").read_text().splitlines()
+    except OSError:
+        return frozenset()
+    return frozenset(line.split()[1] for line in lines if line.startswith("nameserver") and len(line.split()) > 1)
+
+
+NAMESERVERS = _nameservers()
 
 
 def _outside(ip: str) -> bool:
@@ -67,6 +83,8 @@ class Watch:
                 for connection in process.net_connections(kind="inet"):
                     local = connection.laddr.ip if connection.laddr else ""
                     remote = connection.raddr.ip if connection.raddr else ""
+                    if connection.type == socket.SOCK_DGRAM and remote in NAMESERVERS and connection.raddr.port == 53:
+                        continue  # libc resolving the store peer's name (see _nameservers)
                     self.seen.add((process.pid, connection.status, local, remote))
 
     def _loop(self) -> None:
