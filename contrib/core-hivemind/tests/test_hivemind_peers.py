@@ -34,8 +34,12 @@ def collaboration(tmp_path: Path) -> Iterator[Collaboration]:
 
 def test_three_peers_started_together_average_to_the_same_weights(collaboration: Collaboration) -> None:
     # delay_state_averaging=False (the strategy's default) and a start barrier: every averaging round has all 3.
+    # A peer learns the others' samples from the DHT, which hivemind's progress tracker reads at most every 0.5 s:
+    # steps of a few milliseconds (this model) each reached the 24 samples alone before the others' reports
+    # arrived (30 steps in a CI run on an idle machine), so each step here lasts 1 s, as a real step would.
     for name in PEERS:
-        collaboration.start(name, barrier=list(PEERS), matchmaking_time=3.0, averager_opts={"target_group_size": 3})
+        collaboration.start(name, barrier=list(PEERS), matchmaking_time=3.0, averager_opts={"target_group_size": 3},
+                            step_seconds=1.0)
     results = {name: collaboration.finish(name) for name in PEERS}
     assert {result["epoch"] for result in results.values()} == {3}
     assert results["a"]["initial"] == results["b"]["initial"] == results["c"]["initial"]
