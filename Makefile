@@ -50,7 +50,7 @@ typecheck: setup
 
 # Two pytest workers (pytest-xdist) by default, a test file whole on one worker (--dist loadfile), so a module's
 # fixtures (a SLURM cluster, an MLflow server, a 2-process job) start once. Tests marked `serial` (they depend on
-# timing: a ratio of step times, hivemind's matchmaking window) then run alone in one process. PYTEST_WORKERS=0
+# timing: a ratio of step times, hivemind peers hearing each other in time) then run alone in one process. PYTEST_WORKERS=0
 # runs everything in one process, in order. A phase that selects no test (PYTEST_ARGS="-k ...") is not a failure.
 PYTEST_WORKERS ?= 2
 unit: setup

@@ -48,7 +48,7 @@ def block(model: Any, optimizer: Any, batches: Iterable[Any], backward: Callable
     return (time.perf_counter() - started) / STEPS * 1e6
 
 
-def fastest_blocks(lite: core.Lite) -> tuple[list[float], list[float]]:
+def timed_blocks(lite: core.Lite) -> tuple[list[float], list[float]]:
     """Microseconds per step of every raw block and every Lite block, in the order they ran."""
     data = TensorDataset(torch.randn(8 * STEPS, 16), torch.randint(0, 4, (8 * STEPS,)))
     torch.manual_seed(0)
@@ -73,7 +73,7 @@ def fastest(times: list[float]) -> float:
 @pytest.mark.serial
 @pytest.mark.timeout(300)
 def test_lite_adds_a_few_microseconds_per_step() -> None:
-    found = core.Lite(accelerator="cpu", devices=1).launch(fastest_blocks)
+    found = core.Lite(accelerator="cpu", devices=1).launch(timed_blocks)
     assert found is not None  # one process: rank 0's result
     raw_blocks, wrapped_blocks = found
     # The fastest blocks are the ones other processes did not interrupt: compare those.

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hivemind_harness import SCRIPTS, Collaboration, SocketWatch, kill_all
 
-# serial: three peers must find each other within hivemind's 3 s matchmaking window, which two busy pytest
-# workers on 2 cores made them miss (each then averaged alone).
+# serial: the peers share work only when they hear each other's progress (through the DHT) and meet in
+# hivemind's matchmaking windows in time; under two busy pytest workers on 2 cores three peers trained alone.
 pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.serial, pytest.mark.timeout(180)]
 
 PEERS = ("a", "b", "c")
