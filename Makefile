@@ -77,7 +77,7 @@ demo: setup
 # concurrent 2-process ddp jobs; prints the failure count per test.
 STRESS_N ?= 10
 stress: setup
-	STRESS_N=$(STRESS_N) $(PY) scripts/stress.py
+	STRESS_N=$(STRESS_N) $(PY) scripts/stress.py $(STRESS_ARGS)
 
 bench: setup
 	$(PY) -m bench

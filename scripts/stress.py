@@ -2,30 +2,42 @@
 
 Not part of ``make test``: it takes a long time on purpose. It prints, per test, how many of its runs
 failed, and for the concurrent jobs how many of them failed, so that a flaky test shows up as a number rather
-than as a red CI run once in a while. A test file counts as multi-process when it is marked ``distributed``.
+than as a red CI run once in a while. A test file counts as multi-process when it is marked ``distributed``
+(or runs the conformance kit's strategy jobs).
 
     python scripts/stress.py --repeat 10                 # every multi-process file, 10 times each
     python scripts/stress.py --repeat 3 --only ddp       # files whose path contains "ddp"
     python scripts/stress.py --repeat 0 --jobs 8 --rounds 5   # only the concurrent jobs
+    python scripts/stress.py --workers 2 --record runs.jsonl  # two files at once, every run appended to a record
+    python scripts/stress.py --summarize a.jsonl b.jsonl      # the counts over earlier records, nothing run
+
+With ``--workers 2`` two files run at once, as under ``make unit``; a file holding tests marked ``serial``
+(timing-sensitive, see CONTRIBUTING) always runs alone. ``--record`` appends one JSON line per file run (its
+repetition, every test's outcome and the first lines of each failure) as soon as the run ends, so an
+interrupted stress run keeps what it measured, and runs of several sessions add up with ``--summarize``.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB_SCRIPT = ROOT / "plugins" / "core-ddp" / "tests" / "scripts" / "rendezvous_job.py"
 _LAUNCH_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                      "LOCAL_WORLD_SIZE", "CORE_DDP_JOB")
+_FAILURE_CHARS = 2000  # of each failure's text kept in the record: the assertion and the end of the traceback
 
 
 def multi_process_files(only: str | None) -> list[Path]:
@@ -37,12 +49,27 @@ def multi_process_files(only: str | None) -> list[Path]:
             if any(marker in path.read_text() for marker in markers) and (only is None or only in str(path))]
 
 
+def runs_alone(path: Path) -> bool:
+    """A file with tests marked ``serial`` depends on timing a second file running beside it would disturb."""
+    return "mark.serial" in path.read_text()
+
+
 def clean_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
 
 
-def run_file(path: Path, report: Path, timeout: float) -> tuple[dict[str, bool], str]:
-    """Run one test file once; return each test's outcome (True: passed or skipped) and a failure note."""
+def _failure_text(case: ElementTree.Element) -> str:
+    element = case.find("failure")
+    if element is None:
+        element = case.find("error")
+    if element is None:
+        return ""
+    text = f"{element.get('message', '')}\n{element.text or ''}".strip()
+    return text if len(text) <= _FAILURE_CHARS else "..." + text[-_FAILURE_CHARS:]
+
+
+def run_file(path: Path, report: Path, timeout: float) -> tuple[dict[str, str], str]:
+    """Run one test file once: each test's failure text ("" when it passed or was skipped) and a note on the file."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
                f"--junitxml={report}", str(path)]
     try:
@@ -51,11 +78,93 @@ def run_file(path: Path, report: Path, timeout: float) -> tuple[dict[str, bool],
         return {}, f"the file did not finish within {timeout:.0f} s"
     if not report.exists():
         return {}, "pytest wrote no report"
-    outcomes = {}
-    for case in ElementTree.parse(report).getroot().iter("testcase"):
-        name = f"{case.get('classname')}::{case.get('name')}"
-        outcomes[name] = case.find("failure") is None and case.find("error") is None
-    return outcomes, ""
+    return {f"{case.get('classname')}::{case.get('name')}": _failure_text(case)
+            for case in ElementTree.parse(report).getroot().iter("testcase")}, ""
+
+
+class Tally:
+    """Runs and failures per test; each file run is printed, and appended to the record, as it ends."""
+
+    def __init__(self, record: Path | None) -> None:
+        self.runs: collections.Counter[str] = collections.Counter()
+        self.failed: collections.Counter[str] = collections.Counter()
+        self.failures: list[str] = []
+        self.files: set[str] = set()
+        self.record = record
+        self._lock = threading.Lock()
+
+    def add(self, file: str, repetition: int, outcomes: dict[str, str], note: str = "", seconds: float = 0.0,
+            *, echo: bool = True, write: bool = True) -> None:
+        """One run of ``file``: each test's failure text ("" when it passed) and a note when the file itself failed."""
+        with self._lock:
+            self.files.add(file)
+            if note:
+                self.runs[file] += 1
+                self.failed[file] += 1
+                self.failures.append(f"{file} (run {repetition + 1}): {note}")
+            for name, failure in outcomes.items():
+                self.runs[name] += 1
+                if failure:
+                    self.failed[name] += 1
+                    self.failures.append(f"{name} (run {repetition + 1}):\n    "
+                                         + "\n    ".join(failure.splitlines()[-12:]))
+            if echo:
+                bad = sum(1 for failure in outcomes.values() if failure) + (1 if note else 0)
+                print(f"[stress] run {repetition + 1} {file}: {len(outcomes)} test(s), {bad} failed ({seconds:.0f} s)",
+                      flush=True)
+            if write and self.record is not None:
+                entry = {"file": file, "repetition": repetition, "outcomes": outcomes, "note": note,
+                         "seconds": round(seconds, 1)}
+                with self.record.open("a") as stream:
+                    stream.write(json.dumps(entry) + "\n")
+
+    def report(self) -> None:
+        if not self.runs:
+            return
+        counts = sorted(set(self.runs.values()))
+        spread = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        print(f"\n{len(self.files)} multi-process test file(s), {len(self.runs)} test(s), {spread} run(s) each:")
+        for name in sorted(self.runs, key=lambda name: (-self.failed[name], name)):
+            if self.failed[name]:
+                print(f"  {self.failed[name]}/{self.runs[name]} failed  {name}")
+        clean = [name for name in self.runs if not self.failed[name]]
+        print(f"  {len(clean)} other test(s): 0 failed in {sum(self.runs[name] for name in clean)} run(s)")
+        for failure in self.failures:
+            print(f"  failure: {failure}")
+
+
+def read_records(paths: Iterable[Path]) -> Tally:
+    tally = Tally(record=None)
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                tally.add(entry["file"], entry["repetition"], entry["outcomes"], entry.get("note", ""),
+                          entry.get("seconds", 0.0), echo=False, write=False)
+    return tally
+
+
+def run_files(files: list[Path], repeat: int, workers: int, timeout: float, tally: Tally) -> None:
+    """Every file ``repeat`` times, repetition by repetition; ``workers`` files at once, a serial file alone."""
+    started = time.monotonic()
+
+    def one(path: Path, repetition: int, reports: Path) -> None:
+        began = time.monotonic()
+        outcomes, note = run_file(path, reports / f"{repetition}-{path.parent.parent.name}-{path.stem}.xml", timeout)
+        tally.add(str(path.relative_to(ROOT)), repetition, outcomes, note, time.monotonic() - began)
+
+    with tempfile.TemporaryDirectory(prefix="core-stress-reports-") as scratch:
+        reports = Path(scratch)
+        for repetition in range(repeat):
+            shared = [path for path in files if not runs_alone(path)]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                for future in [pool.submit(one, path, repetition, reports) for path in shared]:
+                    future.result()
+            for path in files:
+                if runs_alone(path):
+                    one(path, repetition, reports)
+            print(f"[stress] repetition {repetition + 1}/{repeat} done ({time.monotonic() - started:.0f} s, "
+                  f"{sum(tally.failed.values())} failure(s) so far)", flush=True)
 
 
 def run_jobs(count: int, rounds: int, timeout: float) -> tuple[int, int, list[str]]:
@@ -94,39 +203,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=int(os.environ.get("STRESS_N", "10")),
                         help="runs of each multi-process test file (default: STRESS_N or 10)")
     parser.add_argument("--only", help="only test files whose path contains this")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="test files run at once (default 1; a file with serial tests always runs alone)")
     parser.add_argument("--jobs", type=int, default=8, help="concurrent 2-process ddp jobs per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of concurrent jobs")
     parser.add_argument("--file-timeout", type=float, default=1200.0, help="seconds one test file may take")
+    parser.add_argument("--record", type=Path, help="append every file run to this JSON-lines file as it ends")
+    parser.add_argument("--summarize", type=Path, nargs="+", metavar="RECORD",
+                        help="print the counts over these records and run nothing")
     options = parser.parse_args(argv)
 
-    started = time.monotonic()
-    runs: collections.Counter[str] = collections.Counter()
-    failed: collections.Counter[str] = collections.Counter()
-    notes: list[str] = []
-    files = multi_process_files(options.only) if options.repeat > 0 else []
-    with tempfile.TemporaryDirectory(prefix="core-stress-reports-") as reports:
-        for repetition in range(options.repeat):
-            for path in files:
-                relative = path.relative_to(ROOT)
-                outcomes, note = run_file(path, Path(reports) / f"{repetition}-{path.stem}.xml", options.file_timeout)
-                if note:
-                    runs[str(relative)] += 1
-                    failed[str(relative)] += 1
-                    notes.append(f"{relative} (run {repetition + 1}): {note}")
-                for name, passed in outcomes.items():
-                    runs[name] += 1
-                    failed[name] += 0 if passed else 1
-            print(f"[stress] repetition {repetition + 1}/{options.repeat} done "
-                  f"({time.monotonic() - started:.0f} s, {sum(failed.values())} failure(s) so far)", flush=True)
+    if options.summarize:
+        tally = read_records(options.summarize)
+        tally.report()
+        return 1 if sum(tally.failed.values()) else 0
 
+    started = time.monotonic()
+    tally = Tally(options.record)
+    files = multi_process_files(options.only) if options.repeat > 0 else []
     if files:
-        print(f"\n{len(files)} multi-process test file(s), {len(runs)} test(s), {options.repeat} run(s) each:")
-        for name in sorted(runs, key=lambda name: (-failed[name], name)):
-            if failed[name]:
-                print(f"  {failed[name]}/{runs[name]} failed  {name}")
-        print(f"  every other test: 0/{options.repeat} failed")
-        for note in notes:
-            print(f"  note: {note}")
+        run_files(files, options.repeat, options.workers, options.file_timeout, tally)
+        tally.report()
     total_jobs = failed_jobs = 0
     if options.jobs > 0 and options.rounds > 0:
         total_jobs, failed_jobs, failures = run_jobs(options.jobs, options.rounds, options.file_timeout)
@@ -135,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         for failure in failures[:10]:
             print(f"  {failure}")
     print(f"\n[stress] {time.monotonic() - started:.0f} s in all")
-    return 1 if sum(failed.values()) or failed_jobs else 0
+    return 1 if sum(tally.failed.values()) or failed_jobs else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,62 @@
+"""scripts/stress.py: a file run's outcomes and failure text come from pytest's report, every run is appended to
+the record as it ends, and --summarize adds up records of several sessions."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location("stress", Path(__file__).resolve().parents[1] / "scripts" / "stress.py")
+assert _SPEC is not None and _SPEC.loader is not None
+stress = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(stress)
+
+TWO_TESTS = """
+def test_passes():
+    assert True
+
+def test_fails():
+    assert 1 + 1 == 3, "arithmetic is off by one"
+"""
+
+
+def test_a_file_run_reports_each_test_with_the_failure_text(tmp_path: Path) -> None:
+    test_file = tmp_path / "test_two.py"
+    test_file.write_text(TWO_TESTS)
+    outcomes, note = stress.run_file(test_file, tmp_path / "report.xml", timeout=120)
+    assert note == ""
+    assert outcomes["test_two::test_passes"] == ""
+    assert "arithmetic is off by one" in outcomes["test_two::test_fails"]
+
+
+def test_the_record_keeps_every_run_and_the_summary_adds_records_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    tally = stress.Tally(first)
+    tally.add("tests/test_a.py", 0, {"test_a::test_x": "", "test_a::test_y": "AssertionError: 30 < 27"}, seconds=4)
+    tally.add("tests/test_a.py", 1, {"test_a::test_x": "", "test_a::test_y": ""}, seconds=3)
+    stress.Tally(second).add("tests/test_b.py", 0, {}, note="the file did not finish within 1200 s")
+    assert [json.loads(line)["repetition"] for line in first.read_text().splitlines()] == [0, 1]
+
+    assert stress.main(["--summarize", str(first), str(second)]) == 1
+    out = capsys.readouterr().out
+    assert "2 multi-process test file(s), 3 test(s), 1-2 run(s) each" in out
+    assert "1/2 failed  test_a::test_y" in out
+    assert "1/1 failed  tests/test_b.py" in out
+    assert "1 other test(s): 0 failed in 2 run(s)" in out
+    assert "30 < 27" in out and "did not finish within 1200 s" in out
+
+    clean = tmp_path / "clean.jsonl"
+    stress.Tally(clean).add("tests/test_a.py", 0, {"test_a::test_x": ""})
+    assert stress.main(["--summarize", str(clean)]) == 0
+
+
+def test_files_with_serial_tests_run_alone() -> None:
+    files = stress.multi_process_files(None)
+    alone = {path.name for path in files if stress.runs_alone(path)}
+    assert "test_hivemind_peers.py" in alone  # marked serial: peers must hear each other in time
+    assert "test_ddp_rendezvous.py" not in alone
