@@ -10,7 +10,9 @@ test, and pytest collects the inherited tests::
         alias = "mine"          # the installed entry point; or plugin_factory = "core_mine:MineStrategy"
 
 Needs pytest (and, for the timeouts of the distributed tests, pytest-timeout). ``import core`` never
-imports this package.
+imports this package. Two public submodules go with the kit: :mod:`core.testing.sockets` (a watch over the
+sockets of a job's processes, for tests that it stays on loopback; needs psutil) and
+:mod:`core.testing.import_contracts` (the import-linter contract that keeps a plugin on the public API).
 """
 
 from core.testing._accelerator import AcceleratorConformance

@@ -1,14 +1,13 @@
-"""Real hivemind peers on 127.0.0.1: started as processes, watched through their sockets, stopped by PID."""
+"""Real hivemind peers on 127.0.0.1: started as processes, watched through their sockets (``core.testing.sockets``),
+stopped by PID."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,80 +16,19 @@ import attrs
 import psutil
 import pytest
 
+from core.testing.sockets import SocketWatch
+
 SCRIPTS = Path(__file__).parent / "scripts"
 INITIAL_PEERS_ENV = "PL_INITIAL_PEERS"
 _LAUNCH_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", INITIAL_PEERS_ENV)
 
 
-def outside_loopback(ip: str) -> bool:
-    """Whether ``ip`` (a socket's local or remote address; empty when none) is anything but loopback."""
-    if not ip:
-        return False
-    address = ipaddress.ip_address(ip)
-    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is loopback too
-    return not (mapped or address).is_loopback
-
-
-class SocketWatch:
-    """Polls every socket of the given processes and all their children (p2pd included) in a thread."""
-
-    def __init__(self) -> None:
-        self.roots: list[psutil.Process] = []
-        self.seen: set[tuple[str, str, str, str]] = set()  # (process name, status, local ip, remote ip)
-        self.processes_seen: set[str] = set()
-        self.started: dict[int, psutil.Process] = {}  # every process seen under a root, by PID
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> SocketWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def watch(self, pid: int) -> None:
-        self.roots.append(psutil.Process(pid))
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.poll()
-            time.sleep(0.05)
-
-    def poll(self) -> None:
-        for root in list(self.roots):
-            try:
-                processes = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                continue
-            for process in processes:
-                try:
-                    name = process.name()
-                    connections = process.net_connections(kind="inet")
-                except psutil.Error:
-                    continue
-                self.started.setdefault(process.pid, process)
-                self.processes_seen.add(name)
-                for connection in connections:
-                    local = connection.laddr.ip if connection.laddr else ""
-                    remote = connection.raddr.ip if connection.raddr else ""
-                    self.seen.add((name, connection.status, local, remote))
-
-    def alive(self, grace: float = 0.0) -> list[psutil.Process]:
-        """The processes seen under the roots still running after ``grace`` seconds (PID reuse is detected)."""
-        running = [process for process in self.started.values() if process.is_running()]
-        _, still = psutil.wait_procs(running, timeout=grace) if grace else ([], running)
-        return [process for process in still if process.is_running()]
-
-    def non_loopback(self) -> list[tuple[str, str, str, str]]:
-        return sorted(entry for entry in self.seen if outside_loopback(entry[2]) or outside_loopback(entry[3]))
-
-    def assert_loopback_only(self) -> None:
-        self.poll()
-        assert self.seen, "no socket of the peers was seen: the watch is not looking at them"
-        assert "p2pd" in self.processes_seen, f"p2pd was never seen among {sorted(self.processes_seen)}"
-        assert self.non_loopback() == [], f"sockets outside 127.0.0.1: {self.non_loopback()}"
+def assert_loopback_only(watch: SocketWatch) -> None:
+    """The watch saw the peers' sockets, p2pd's among them, and none outside 127.0.0.1."""
+    watch.poll()
+    assert watch.sockets, "no socket of the peers was seen: the watch is not looking at them"
+    assert "p2pd" in watch.process_names(), f"p2pd was never seen among {sorted(watch.process_names())}"
+    assert watch.outside() == [], f"sockets outside 127.0.0.1: {watch.outside()}"
 
 
 @attrs.define

@@ -8,9 +8,10 @@ from typing import ClassVar
 
 import pytest
 from core_hivemind import HivemindStrategy
-from hivemind_harness import SocketWatch
+from hivemind_harness import assert_loopback_only
 
 from core.testing import StrategyConformance
+from core.testing.sockets import SocketWatch
 
 
 def lone_peer() -> HivemindStrategy:
@@ -24,7 +25,7 @@ def loopback_only() -> Iterator[None]:
     with SocketWatch() as watch:
         watch.watch(os.getpid())
         yield
-    watch.assert_loopback_only()
+    assert_loopback_only(watch)
 
 
 # Root-caused (issue 18): in busy sessions the kit's checkpoint case used to hang because the DHT child died with

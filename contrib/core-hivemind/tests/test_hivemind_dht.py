@@ -17,7 +17,9 @@ hivemind = pytest.importorskip("hivemind", reason="the DHT is hivemind's")
 
 from core_hivemind import LOOPBACK_MADDRS, RobustDHT  # noqa: E402
 from hivemind.utils import get_dht_time  # noqa: E402
-from hivemind_harness import SocketWatch  # noqa: E402
+from hivemind_harness import assert_loopback_only  # noqa: E402
+
+from core.testing.sockets import SocketWatch  # noqa: E402
 
 
 def _fetch_fails() -> None:
@@ -50,4 +52,4 @@ def test_a_request_whose_handle_cannot_be_fetched_is_dropped_and_the_dht_goes_on
         finally:
             if dht.is_alive():
                 dht.shutdown()
-    watch.assert_loopback_only()
+    assert_loopback_only(watch)

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hivemind_harness import SCRIPTS, Collaboration, SocketWatch, kill_all
+from hivemind_harness import SCRIPTS, Collaboration, assert_loopback_only, kill_all
+
+from core.testing.sockets import SocketWatch
 
 # serial: the peers share work only when they hear each other's progress (through the DHT) and meet in
 # hivemind's matchmaking windows in time; under two busy pytest workers on 2 cores three peers trained alone.
@@ -48,7 +50,7 @@ def test_three_peers_started_together_average_to_the_same_weights(collaboration:
         assert results[name]["parameters"] == results["a"]["parameters"], f"peer {name}'s weights differ from a's"
     # 3 epochs of 24 samples at 8 per step: 9 steps in all when the peers share the work, 27 if each went alone.
     assert sum(result["steps"] for result in results.values()) < 27
-    collaboration.watch.assert_loopback_only()
+    assert_loopback_only(collaboration.watch)
     assert collaboration.watch.alive(grace=15) == [], "the peers left processes behind (p2pd not stopped by teardown)"
 
 
@@ -67,7 +69,7 @@ def test_a_peer_that_joins_late_downloads_the_state_of_the_running_ones(collabor
     (collaboration.out / "release").touch()
     for name in ("a", "b"):
         collaboration.finish(name)
-    collaboration.watch.assert_loopback_only()
+    assert_loopback_only(collaboration.watch)
     assert collaboration.watch.alive(grace=15) == [], "the peers left processes behind (p2pd not stopped by teardown)"
 
 
@@ -83,7 +85,7 @@ def test_a_peer_killed_mid_training_leaves_the_others_training(collaboration: Co
         assert result["epoch"] == 5 > at_kill[name]["epoch"], f"peer {name} stopped at epoch {result['epoch']}"
         assert result["steps"] > at_kill[name]["steps"]
     assert collaboration.peers["c"].process.returncode == -9
-    collaboration.watch.assert_loopback_only()
+    assert_loopback_only(collaboration.watch)
     assert collaboration.watch.alive(grace=15) == [], "the peers left processes behind (p2pd not stopped by teardown)"
 
 
@@ -105,4 +107,4 @@ def test_an_optimizer_hivemind_recreates_keeps_training_and_steps_the_scheduler_
     result = json.loads(out.read_text())
     assert result["moved"] and result["steps"] == 6
     assert result["rates"] == [[0, 0.1], [1, 0.05], [1, 0.05], [2, 0.025], [2, 0.025], [3, 0.0125]]
-    watch.assert_loopback_only()
+    assert_loopback_only(watch)

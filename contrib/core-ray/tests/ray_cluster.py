@@ -1,6 +1,6 @@
 """A real Ray cluster on 127.0.0.1 for the tests: started with private ports and a private directory, stopped by
-its process ids (never ``ray stop``, which stops every Ray process on the machine by name), and a watch over
-every socket its processes and the test's jobs open.
+its process ids (never ``ray stop``, which stops every Ray process on the machine by name); the tests watch every
+socket its processes and their jobs open with ``core.testing.sockets.SocketWatch``.
 
 Ray rewrites ``--node-ip-address=127.0.0.1`` to the machine's network address unless
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set, and a driver needs ``RAY_AUTH_MODE=token`` (with the cluster's
@@ -10,13 +10,11 @@ token) to join a head started with token authentication: both are in :attr:`RayC
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -24,6 +22,8 @@ from pathlib import Path
 
 import attrs
 import psutil
+
+from core.testing.sockets import SocketWatch
 
 RAY = str(Path(sys.executable).with_name("ray"))
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -35,72 +35,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def outside_loopback(ip: str) -> bool:
-    if not ip:
-        return False
-    address = ipaddress.ip_address(ip)
-    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is loopback too
-    return not (mapped or address).is_loopback and not (mapped or address).is_unspecified
-
-
-@attrs.define
-class SocketWatch:
-    """Every (pid, status, local ip, remote ip) seen on the processes of some process groups and their children."""
-
-    groups: set[int]
-    roots: set[int]
-    seen: set[tuple[int, str, str, str]] = attrs.field(factory=set)
-    listening_anywhere: set[tuple[int, str]] = attrs.field(factory=set)
-    _stop: threading.Event = attrs.field(factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def processes(self) -> list[psutil.Process]:
-        found = {}
-        for process in psutil.process_iter():
-            with contextlib.suppress(psutil.Error, OSError):
-                if os.getpgid(process.pid) in self.groups:
-                    found[process.pid] = process
-        for pid in list(self.roots):
-            with contextlib.suppress(psutil.Error):
-                root = psutil.Process(pid)
-                for process in [root, *root.children(recursive=True)]:
-                    found[process.pid] = process
-        return list(found.values())
-
-    def poll(self) -> None:
-        for process in self.processes():
-            with contextlib.suppress(psutil.Error):
-                for connection in process.net_connections(kind="inet"):
-                    local = connection.laddr.ip if connection.laddr else ""
-                    remote = connection.raddr.ip if connection.raddr else ""
-                    self.seen.add((process.pid, connection.status, local, remote))
-                    if connection.status == psutil.CONN_LISTEN and local in ("0.0.0.0", "::"):
-                        self.listening_anywhere.add((process.pid, local))
-
-    def start(self) -> SocketWatch:
-        def loop() -> None:
-            while not self._stop.is_set():
-                self.poll()
-                self._stop.wait(0.2)
-
-        self._thread = threading.Thread(target=loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.poll()
-
-    def outside(self) -> list[tuple[int, str, str, str]]:
-        """Sockets bound to, listening on every interface of, or connected to an address that is not loopback."""
-        return sorted(
-            entry for entry in self.seen
-            if outside_loopback(entry[2]) or outside_loopback(entry[3])
-        ) + sorted((pid, "LISTEN on every interface", ip, "") for pid, ip in self.listening_anywhere)
 
 
 @attrs.frozen
@@ -207,7 +141,7 @@ def run_driver(
         [sys.executable, *arguments], env={**cluster.job_environment(), **(environment or {})},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
-    watch.groups.add(process.pid)
+    watch.watch_group(process.pid)
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -11,13 +11,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ray_cluster import RayCluster, SocketWatch, cluster_at
+from ray_cluster import RayCluster, cluster_at
 
 from core.testing import ExtensionConformance, StrategyConformance
+from core.testing.sockets import SocketWatch
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -35,7 +37,10 @@ def watch(cluster: RayCluster) -> Iterator[SocketWatch]:
     with pytest.MonkeyPatch.context() as patch:
         for name, value in cluster.environment.items():
             patch.setenv(name, value)
-        watching = SocketWatch({cluster.group}, {__import__("os").getpid()}).start()
+        watching = SocketWatch()
+        watching.watch_group(cluster.group)
+        watching.watch(os.getpid())  # the kit's job: this process's children
+        watching.start()
         yield watching
         watching.stop()
 

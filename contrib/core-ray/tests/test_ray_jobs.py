@@ -19,7 +19,9 @@ from typing import Any
 
 import psutil
 import pytest
-from ray_cluster import SCRIPTS, RayCluster, SocketWatch, cluster_at, run_driver
+from ray_cluster import SCRIPTS, RayCluster, cluster_at, run_driver
+
+from core.testing.sockets import SocketWatch
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(300)]
 
@@ -33,7 +35,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
 
 @pytest.fixture
 def watch(cluster: RayCluster) -> Iterator[SocketWatch]:
-    watching = SocketWatch({cluster.group}, set()).start()
+    watching = SocketWatch()
+    watching.watch_group(cluster.group)
+    watching.start()
     yield watching
     watching.stop()
     assert watching.outside() == [], f"sockets outside 127.0.0.1: {watching.outside()}"
@@ -131,7 +135,7 @@ def test_a_killed_worker_fails_the_job_fast_with_the_cause(
         [sys.executable, str(SCRIPTS / "ray_fail.py"), str(tmp_path), "kill"], env=cluster.job_environment(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
-    watch.groups.add(process.pid)
+    watch.watch_group(process.pid)
     try:
         victim = _wait_for_step(tmp_path / "rank-1.json", 20, process)
         os.kill(victim["pid"], signal.SIGKILL)

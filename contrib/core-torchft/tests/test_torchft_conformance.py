@@ -16,18 +16,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from torchft_harness import Watch, lighthouse
+from torchft_harness import lighthouse
 
 from core.testing import StrategyConformance
+from core.testing.sockets import SocketWatch
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 
 @pytest.fixture(scope="module")
-def watch() -> Iterator[Watch]:
+def watch() -> Iterator[SocketWatch]:
     """A lighthouse on 127.0.0.1 that the kit's job finds through TORCHFT_LIGHTHOUSE, and a watch on sockets."""
     pytest.importorskip("torchft")
-    with Watch() as watching, lighthouse(watching) as address, pytest.MonkeyPatch.context() as patch:
+    with (SocketWatch(new_descendants=True) as watching, lighthouse(watching) as address,
+          pytest.MonkeyPatch.context() as patch):
         patch.setenv("TORCHFT_LIGHTHOUSE", address)
         patch.setenv("CORE_TORCHFT_HOST", "127.0.0.1")
         patch.delenv("GLOO_SOCKET_IFNAME", raising=False)  # the strategy picks the loopback interface itself
@@ -38,10 +40,10 @@ class TestTorchFTStrategy(StrategyConformance):
     alias = "torchft_ddp"
 
     @pytest.fixture(autouse=True)
-    def _lighthouse(self, watch: Watch) -> Watch:
+    def _lighthouse(self, watch: SocketWatch) -> SocketWatch:
         return watch
 
-    def test_the_job_ran_one_group_with_sockets_on_loopback(self, job: Any, watch: Watch) -> None:
+    def test_the_job_ran_one_group_with_sockets_on_loopback(self, job: Any, watch: SocketWatch) -> None:
         assert job.world_size == 1 and job.returncode == 0, job.describe()
         # torchft's manager logs each quorum and commit: the steps went through it, advertised on loopback.
         assert "should_commit completed should_commit=true" in job.stderr, job.describe()

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from core_torchft import INSTALL, TorchFTStrategy
 from core_torchft.lighthouse import advertised
-from torchft_harness import NAMESERVERS, SCRIPTS, Watch, group_environment, lighthouse
+from torchft_harness import SCRIPTS, group_environment, lighthouse
 
 import core
+from core.testing.sockets import SocketWatch
 
 
 def test_listing_shows_the_strategy_without_importing_torch_or_torchft() -> None:
@@ -106,11 +107,11 @@ def test_the_lighthouse_command_refuses_a_quorum_of_nobody() -> None:
 @pytest.mark.timeout(60)
 def test_the_lighthouse_command_serves_on_loopback_until_terminated() -> None:
     pytest.importorskip("torchft")
-    with Watch() as watch, lighthouse(watch) as address:
+    with SocketWatch(new_descendants=True) as watch, lighthouse(watch) as address:
         assert address.startswith("http://127.0.0.1:")
         watch.poll()
-        listening = {entry for entry in watch.seen if entry[1] == "LISTEN"}
-        assert listening and all(entry[2] == "127.0.0.1" for entry in listening), listening
+        listening = {entry for entry in watch.sockets if entry.status == "LISTEN"}
+        assert listening and all(entry.local == "127.0.0.1" for entry in listening), listening
     assert watch.outside() == []
 
 
@@ -119,7 +120,7 @@ def test_the_lighthouse_command_serves_on_loopback_until_terminated() -> None:
 def test_a_trainer_in_one_group_checkpoints_and_resumes_the_managers_step(tmp_path: Path) -> None:
     """``Trainer(strategy="torchft_ddp")``: the manager's step travels in the Trainer's checkpoint and comes back."""
     pytest.importorskip("torchft")
-    with Watch() as watch, lighthouse(watch) as address:
+    with SocketWatch(new_descendants=True) as watch, lighthouse(watch) as address:
         finished = subprocess.run(
             [sys.executable, str(SCRIPTS / "torchft_trainer.py"), str(tmp_path)], env=group_environment(address, 1),
             capture_output=True, text=True, timeout=150,
@@ -130,25 +131,3 @@ def test_a_trainer_in_one_group_checkpoints_and_resumes_the_managers_step(tmp_pa
     assert result["first"] == [16, {"step": 16, "batches_committed": 16}]  # 2 epochs x 8 batches, all committed
     assert result["resumed"] == [24, {"step": 24, "batches_committed": 24}]  # went on from the checkpoint's 16
     assert watch.outside() == [], f"sockets outside 127.0.0.1: {watch.outside()}"
-
-
-def test_the_watch_flags_a_child_on_every_interface_but_not_the_resolver_torch_asks_for_a_name() -> None:
-    """The harness's check itself: a listener on 0.0.0.0 is outside; a UDP socket to the resolver's port 53 (the
-    name lookup libc makes for torch's store, see torchft_harness._nameservers) is not. Connecting a UDP socket
-    sends nothing."""
-    resolver = sorted(NAMESERVERS)[0] if NAMESERVERS else ""
-    code = ("import socket, sys, time\n"
-            "listener = socket.socket(); listener.bind(('0.0.0.0', 0)); listener.listen()\n"
-            "if sys.argv[1]:\n"
-            "    lookup = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); lookup.connect((sys.argv[1], 53))\n"
-            "print('ready', flush=True); time.sleep(60)\n")
-    with Watch() as watch:
-        child = subprocess.Popen([sys.executable, "-c", code, resolver], stdout=subprocess.PIPE, text=True)
-        try:
-            assert child.stdout is not None and child.stdout.readline() == "ready\n"
-            watch.poll()
-        finally:
-            child.kill()
-            child.wait()
-    outside = watch.outside()
-    assert [(pid, local) for pid, _, local, _ in outside] == [(child.pid, "0.0.0.0")], outside

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchft_harness import HEARTBEAT_TIMEOUT_MS, Group, Watch, lighthouse
+from torchft_harness import HEARTBEAT_TIMEOUT_MS, Group, lighthouse
+
+from core.testing.sockets import SocketWatch
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(240)]
 
@@ -53,7 +55,7 @@ def finish(tmp_path: Path, groups: list[Group], extra_steps: int = 50) -> None:
 
 def test_a_killed_group_leaves_the_others_stepping_and_a_new_group_catches_up(tmp_path: Path) -> None:
     pytest.importorskip("torchft")
-    watch = Watch()
+    watch = SocketWatch(new_descendants=True)
     started: list[Group] = []
     with watch, lighthouse(watch, min_replicas=2) as address:
         try:
@@ -127,7 +129,7 @@ def test_two_groups_train_like_one_process_on_the_whole_batch(tmp_path: Path) ->
     """Two groups x 16 rows from the first step to the last: the same weights as 1 process x 32 rows (plain torch),
     and bit-identical weights and optimizer state across the groups."""
     pytest.importorskip("torchft")
-    watch = Watch()
+    watch = SocketWatch(new_descendants=True)
     with watch, lighthouse(watch, min_replicas=2) as address:  # the first quorum waits for both groups
         groups = [Group(tmp_path, number, address, 2, watch, "--same-start") for number in (0, 1)]
         try:

@@ -1,5 +1,5 @@
 """Replica groups and a lighthouse on 127.0.0.1 for the tests, each in its own process group, stopped by pid,
-with every socket they open watched.
+with every socket they open watched (``core.testing.sockets.SocketWatch``).
 
 torchft's servers listen on every interface and advertise the host name by default: the groups here get
 ``CORE_TORCHFT_HOST=127.0.0.1`` (their manager server, their store and, set by the strategy itself, gloo's
@@ -10,98 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import ipaddress
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
+from core.testing.sockets import SocketWatch
 
 SCRIPTS = Path(__file__).parent / "scripts"
 HEARTBEAT_TIMEOUT_MS = 1000
 _LAUNCH_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "CORE_DDP_JOB",
                      "CORE_LISTEN_FD", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS", "TORCHFT_LIGHTHOUSE",
                      "CORE_TORCHFT_HOST", "GLOO_SOCKET_IFNAME")
-
-
-def _nameservers() -> frozenset[str]:
-    """The resolvers of /etc/resolv.conf. torch's c10d store formats the peer of every connection with getnameinfo,
-    and glibc asks the resolver for the name of the IPv4-mapped ::ffff:127.0.0.1 (a PTR query for
-    1.0.0.127.in-addr.arpa) that /etc/hosts does not answer: a UDP socket to port 53 of one of these is that
-    lookup, made by libc in every process that joins a store (seen with strace), not traffic of the job."""
-    try:
-        lines = Path("/etc/resolv.conf").read_text().splitlines()
-    except OSError:
-        return frozenset()
-    return frozenset(line.split()[1] for line in lines if line.startswith("nameserver") and len(line.split()) > 1)
-
-
-NAMESERVERS = _nameservers()
-
-
-def _outside(ip: str) -> bool:
-    if not ip:
-        return False
-    address = ipaddress.ip_address(ip)
-    plain = getattr(address, "ipv4_mapped", None) or address
-    return not plain.is_loopback
-
-
-class Watch:
-    """Polls the sockets of every process in some process groups and of every descendant of this process started
-    after the watch; ``outside()`` lists those not on loopback (an unspecified local address, 0.0.0.0 or ::, means
-    listening on every interface: also outside). Descendants older than the watch belong to earlier tests of this
-    pytest process (a wandb-core service lives as long as its parent), not to the job watched."""
-
-    def __init__(self) -> None:
-        self.groups: set[int] = set()
-        self._older = {process.pid for process in psutil.Process().children(recursive=True)}
-        self.seen: set[tuple[int, str, str, str]] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def processes(self) -> list[psutil.Process]:
-        found = {process.pid: process for process in psutil.Process().children(recursive=True)
-                 if process.pid not in self._older}
-        for process in psutil.process_iter():
-            with contextlib.suppress(psutil.Error, OSError):
-                if os.getpgid(process.pid) in self.groups:
-                    found[process.pid] = process
-        return list(found.values())
-
-    def poll(self) -> None:
-        for process in self.processes():
-            with contextlib.suppress(psutil.Error, OSError):
-                for connection in process.net_connections(kind="inet"):
-                    local = connection.laddr.ip if connection.laddr else ""
-                    remote = connection.raddr.ip if connection.raddr else ""
-                    if connection.type == socket.SOCK_DGRAM and remote in NAMESERVERS and connection.raddr.port == 53:
-                        continue  # libc resolving the store peer's name (see _nameservers)
-                    self.seen.add((process.pid, connection.status, local, remote))
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.poll()
-            self._stop.wait(0.2)
-
-    def __enter__(self) -> Watch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def outside(self) -> list[tuple[int, str, str, str]]:
-        return sorted(entry for entry in self.seen if _outside(entry[2]) or _outside(entry[3]))
 
 
 def _stop(process: subprocess.Popen[Any]) -> None:
@@ -118,14 +43,14 @@ def _stop(process: subprocess.Popen[Any]) -> None:
 
 
 @contextlib.contextmanager
-def lighthouse(watch: Watch, min_replicas: int = 1) -> Iterator[str]:
+def lighthouse(watch: SocketWatch, min_replicas: int = 1) -> Iterator[str]:
     """``python -m core_torchft.lighthouse`` on 127.0.0.1 (port 0); yields its address; stopped by pid."""
     process = subprocess.Popen(
         [sys.executable, "-m", "core_torchft.lighthouse", "--bind", "127.0.0.1:0", "--min-replicas", str(min_replicas),
          "--join-timeout-ms", "1000", "--heartbeat-timeout-ms", str(HEARTBEAT_TIMEOUT_MS)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
     )
-    watch.groups.add(process.pid)
+    watch.watch_group(process.pid)
     try:
         assert process.stdout is not None
         line = process.stdout.readline().strip()
@@ -148,7 +73,7 @@ def group_environment(address: str, groups: int) -> dict[str, str]:
 class Group:
     """One replica group: ``scripts/torchft_train.py`` in its own process group."""
 
-    def __init__(self, out: Path, group: int, address: str, groups: int, watch: Watch, *arguments: str) -> None:
+    def __init__(self, out: Path, group: int, address: str, groups: int, watch: SocketWatch, *arguments: str) -> None:
         self.out = out
         self.log = out / f"group-{group}-{time.monotonic_ns()}.log"
         self.started = time.time()
@@ -158,7 +83,7 @@ class Group:
                 env={**group_environment(address, groups), "REPLICA_GROUP_ID": str(group)},
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
-        watch.groups.add(self.process.pid)
+        watch.watch_group(self.process.pid)
 
     def record(self) -> dict[str, Any] | None:
         for path in glob.glob(str(self.out / f"group-*-{self.process.pid}.json")):
