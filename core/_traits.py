@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
+from core._checks import is_whole
 from core._errors import BrokenPluginError
 from core._records import KINDS, SUPPORTS_ANYTHING, Supports
 
@@ -130,20 +131,17 @@ class PluginTraits:
         return reason() if callable(reason) else reason
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
 
 _CHECKS: Final[Mapping[str, Callable[[Any], bool]]] = {
     "kind": lambda value: value in KINDS,
     "name": lambda value: isinstance(value, str) and bool(value),
     "supports": lambda value: isinstance(value, Supports),
-    "contract_version": lambda value: _is_int(value) and value >= 1,
+    "contract_version": lambda value: is_whole(value, 1),
     "unavailable_reason": lambda value: value is None or isinstance(value, str) or callable(value),
-    "priority": _is_int,
+    "priority": is_whole,
     "auto_strategies": lambda value: isinstance(value, Mapping)
     and all(key in AUTO_STRATEGY_KEYS and isinstance(alias, str) for key, alias in value.items()),
-    "max_processes": lambda value: value is None or (_is_int(value) and value >= 1),
+    "max_processes": lambda value: value is None or is_whole(value, 1),
     "default_checkpoint_io": lambda value: isinstance(value, str) and bool(value),
     "process_per_device": lambda value: isinstance(value, bool),
     "writes_shards": lambda value: isinstance(value, bool),

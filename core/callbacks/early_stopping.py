@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from core._checks import is_whole
 from core._errors import ConfigurationError, CoreWarning
 from core.callbacks._callback import Callback
 
@@ -54,7 +55,7 @@ class EarlyStopping(Callback):
     ) -> None:
         if mode not in ("min", "max"):
             raise ConfigurationError(f"EarlyStopping(mode={mode!r}): expected 'min' or 'max'.")
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+        if not is_whole(patience, 0):
             raise ConfigurationError(f"EarlyStopping(patience={patience!r}): expected a whole number >= 0.")
         self.monitor = monitor
         self.min_delta = abs(float(min_delta))

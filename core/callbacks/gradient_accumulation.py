@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from core._checks import is_whole
 from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
@@ -25,12 +26,12 @@ class GradientAccumulationScheduler(Callback):
         if not scheduling:
             raise ConfigurationError("GradientAccumulationScheduler(scheduling={}): give at least one {epoch: factor}.")
         for epoch, factor in scheduling.items():
-            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            if not is_whole(epoch, 0):
                 raise ConfigurationError(
                     f"GradientAccumulationScheduler(scheduling={dict(scheduling)!r}): epoch {epoch!r} must be an "
                     f"int >= 0."
                 )
-            if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            if not is_whole(factor, 1):
                 raise ConfigurationError(
                     f"GradientAccumulationScheduler(scheduling={dict(scheduling)!r}): the factor {factor!r} of epoch "
                     f"{epoch} must be an int >= 1."

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
+from core._checks import is_whole
 from core._errors import ConfigurationError, CoreError
 from core.callbacks.checkpoint import Checkpoint
 
@@ -64,7 +65,7 @@ class ModelCheckpoint(Checkpoint):
     ) -> None:
         if mode not in _MODES:
             raise ConfigurationError(f"ModelCheckpoint(mode={mode!r}): expected 'min' or 'max'.")
-        if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
+        if not is_whole(save_top_k, -1):
             raise ConfigurationError(
                 f"ModelCheckpoint(save_top_k={save_top_k!r}): expected -1, 0 or a positive number."
             )
@@ -79,7 +80,7 @@ class ModelCheckpoint(Checkpoint):
                 f"(got {every_n_epochs} and {every_n_train_steps})."
             )
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and not is_whole(value, 1):
                 raise ConfigurationError(f"ModelCheckpoint({name}={value!r}): expected a whole number >= 1.")
         self._given_dirpath = os.fspath(dirpath) if dirpath is not None else None
         self.dirpath: str | None = self._given_dirpath

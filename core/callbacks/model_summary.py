@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from core._checks import is_whole
 from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
@@ -121,7 +122,7 @@ class ModelSummary(Callback):
     """Print :func:`summarize` of the module when fit starts. ``max_depth=-1``: every level; ``0``: none."""
 
     def __init__(self, max_depth: int = 1) -> None:
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < -1:
+        if not is_whole(max_depth, -1):
             raise ConfigurationError(f"ModelSummary(max_depth={max_depth!r}): expected -1 or a whole number >= 0.")
         self.max_depth = max_depth
         self.summary: str | None = None

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+from core._checks import is_whole
 from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
@@ -45,8 +46,7 @@ class ProgressBar(Callback):
     """
 
     def __init__(self, refresh_rate: int | None = None, interval: float = 10.0, stream: IO[str] | None = None) -> None:
-        if refresh_rate is not None and (isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int)
-                                         or refresh_rate < 0):
+        if refresh_rate is not None and not is_whole(refresh_rate, 0):
             raise ConfigurationError(f"ProgressBar(refresh_rate={refresh_rate!r}): expected a whole number >= 0.")
         self.refresh_rate = refresh_rate
         self.interval = interval

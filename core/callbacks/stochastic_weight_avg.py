@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim.swa_utils import SWALR, AveragedModel
 
+from core._checks import is_whole
 from core._errors import ConfigurationError, CoreWarning
 from core.callbacks._callback import Callback
 from core.toolkit import StatefulList
@@ -58,7 +59,7 @@ def _check_settings(
             f"StochasticWeightAveraging(swa_lrs={swa_lrs!r}): expected a positive float, or a list of them (one per "
             f"parameter group)."
         )
-    if isinstance(annealing_epochs, bool) or not isinstance(annealing_epochs, int) or annealing_epochs < 0:
+    if not is_whole(annealing_epochs, 0):
         raise ConfigurationError(
             f"StochasticWeightAveraging(annealing_epochs={annealing_epochs!r}): expected a whole number >= 0."
         )

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from core._checks import is_whole
 from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 from core.fault_tolerance._preemption import PreemptionWatch, on_preemption
@@ -44,7 +45,7 @@ class FaultTolerance(Callback):
         storage_options: dict[str, Any] | None = None,
         preemption_signals: Sequence[int] = (signal.SIGTERM,),
     ) -> None:
-        if isinstance(every_n_train_steps, bool) or not isinstance(every_n_train_steps, int) or every_n_train_steps < 1:
+        if not is_whole(every_n_train_steps, 1):
             raise ConfigurationError(
                 f"FaultTolerance(every_n_train_steps={every_n_train_steps!r}): expected a whole number >= 1."
             )

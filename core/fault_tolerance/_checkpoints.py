@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import torch
 
+from core._checks import is_whole
 from core._errors import CheckpointError, ConfigurationError
 from core.fault_tolerance._preemption import Preempted, PreemptionWatch, on_preemption
 from core.fault_tolerance._resumer import FORMAT, CheckpointDirectory, Resumer
@@ -29,7 +30,7 @@ _END: Final = object()
 
 
 def _positive_steps(every_n_steps: object) -> int:
-    if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
+    if not is_whole(every_n_steps, 1):
         raise ConfigurationError(f"every_n_steps={every_n_steps!r}: expected a whole number of steps >= 1.")
     return every_n_steps
 

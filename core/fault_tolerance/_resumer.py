@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from core._checks import is_whole
 from core._errors import CheckpointError, ConfigurationError
 from core.toolkit import _storage
 
@@ -92,7 +93,7 @@ class Resumer:
         barrier: Callable[[str], None],
         broadcast: Callable[[Any], Any],
     ) -> None:
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        if not is_whole(keep, 1):
             raise ConfigurationError(f"keep={keep!r}: keep at least 1 complete checkpoint (a whole number >= 1).")
         self.active = active
         self.directory = directory

@@ -15,6 +15,7 @@ from typing import Final
 
 import torch
 
+from core._checks import is_whole
 from core._errors import ConfigurationError, CoreWarning
 
 SEED_VARIABLE: Final = "CORE_GLOBAL_SEED"
@@ -25,7 +26,7 @@ log = logging.getLogger("core")
 
 
 def _check_seed(seed: object, source: str) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+    if not is_whole(seed, 0) or seed > MAX_SEED:
         raise ConfigurationError(f"Invalid seed {source}={seed!r}: expected a whole number in 0..{MAX_SEED}.")
     return seed
 

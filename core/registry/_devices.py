@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from core._checks import is_whole
 from core._errors import ConfigurationError
 
 DevicesInput = int | str | Sequence[int]
@@ -67,7 +68,7 @@ def _from_indices(devices: object, values: Sequence[object]) -> DeviceRequest:
         raise _error(devices, "an empty list selects no device")
     indices: list[int] = []
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_whole(value):
             raise _error(devices, f"the index {value!r} is not an int")
         if value < 0:
             raise _error(devices, f"the index {value} is negative")

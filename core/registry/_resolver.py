@@ -16,6 +16,7 @@ from typing import Any, Final
 import pluggy
 
 from core import hookspecs
+from core._checks import is_whole
 from core._errors import (
     BrokenPluginError,
     ConfigurationError,
@@ -267,7 +268,7 @@ def _choose(catalog: Catalog, kind: str, value: object, from_plugins: dict[str, 
 
 
 def _check_num_nodes(num_nodes: object) -> int:
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+    if not is_whole(num_nodes, 1):
         raise ConfigurationError(f"Invalid num_nodes={num_nodes!r}: expected a whole number >= 1.")
     return num_nodes
 
@@ -318,7 +319,7 @@ def _devices_request(devices: object, environment: Selection) -> DeviceRequest:
     if request.auto:
         started = ask(environment.plugin, "environment", "environment_processes_per_node")
         if started is not None:
-            if isinstance(started, bool) or not isinstance(started, int) or started < 1:
+            if not is_whole(started, 1):
                 raise BrokenPluginError(
                     f"The environment {environment.alias!r} returned {started!r} from "
                     "environment_processes_per_node; expected a whole number >= 1 or None."

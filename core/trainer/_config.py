@@ -13,6 +13,7 @@ from typing import Final
 
 import attrs
 
+from core._checks import is_whole
 from core._errors import ConfigurationError
 from core.trainer._data import check_limit
 
@@ -29,7 +30,7 @@ def _fast_dev_run(value: object) -> int:
 
 
 def positive_int(value: object, flag: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_whole(value, minimum):
         raise ConfigurationError(f"{flag}={value!r}: expected a whole number >= {minimum}.")
     return value
 

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import torch
 
+from core._checks import is_whole
 from core._errors import ConfigurationError, CoreError
 from core.callbacks import Callback, EarlyStopping, ModelCheckpoint, ProgressBar
 from core.callbacks._callback import CallbackHooks
@@ -304,7 +305,7 @@ class Trainer:
     @accumulate_grad_batches.setter
     def accumulate_grad_batches(self, value: int) -> None:
         # Lightning's GradientAccumulationScheduler sets it at each epoch start; it applies from the next batch.
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_whole(value, 1):
             raise ConfigurationError(f"trainer.accumulate_grad_batches = {value!r}: expected a whole number >= 1.")
         self.run_state.accumulate_grad_batches = value
 

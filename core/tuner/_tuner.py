@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from core._checks import is_whole
 from core._errors import ConfigurationError
 from core.callbacks import Callback
 
@@ -167,7 +168,7 @@ class Tuner:
             raise ConfigurationError(f"lr_find(mode={mode!r}): expected one of {list(_MODES)}.")
         if not 0 < min_lr < max_lr:
             raise ConfigurationError(f"lr_find(min_lr={min_lr}, max_lr={max_lr}): expected 0 < min_lr < max_lr.")
-        if isinstance(num_training, bool) or not isinstance(num_training, int) or num_training < 2:
+        if not is_whole(num_training, 2):
             raise ConfigurationError(f"lr_find(num_training={num_training!r}): expected an int >= 2.")
         attribute = _lr_attribute(model, attr_name) if update_attr else None
         finder = LRFinder(mode, min_lr, max_lr, num_training)
@@ -216,7 +217,7 @@ class Tuner:
         if mode not in _SCALE_MODES:
             raise ConfigurationError(f"scale_batch_size(mode={mode!r}): expected one of {list(_SCALE_MODES)}.")
         for name, value in (("steps_per_trial", steps_per_trial), ("init_val", init_val), ("max_trials", max_trials)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_whole(value, 1):
                 raise ConfigurationError(f"scale_batch_size({name}={value!r}): expected a positive int.")
         if _find_attribute(model, datamodule, batch_arg_name) is None:
             raise ConfigurationError(
