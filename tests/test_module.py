@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import core
 from core.callbacks import Callback
+from core.module._optimizers import parse_optimizers
 from core.trainer._data import ShardSampler
-from core.trainer._optim import parse_optimizers
 
 
 def loader(samples: int, batch_size: int = 2, seed: int = 0) -> DataLoader[Any]:

@@ -23,6 +23,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from core._errors import CheckpointError, ConfigurationError, CoreWarning
 from core.callbacks._callback import Callback
+from core.module._optimizers import parse_optimizers
 
 if TYPE_CHECKING:
     from core.module import Module
@@ -39,17 +40,6 @@ Modules: TypeAlias = "nn.Module | Iterable[Modules]"
 def multiplicative(epoch: int) -> float:
     """BackboneFinetuning's default ``lambda_func``: double the backbone's rate every epoch."""
     return 2.0
-
-
-def _optimizers_in(returned: Any) -> Iterator[torch.optim.Optimizer]:
-    """The optimizers anywhere in what ``configure_optimizers`` returned (any of its documented shapes)."""
-    if isinstance(returned, torch.optim.Optimizer):
-        yield returned
-    elif isinstance(returned, dict):
-        yield from _optimizers_in(returned.get("optimizer"))
-    elif isinstance(returned, (list, tuple)):
-        for item in returned:
-            yield from _optimizers_in(item)
 
 
 def _group_layout(groups: list[dict[str, Any]], names: dict[nn.Parameter, str]) -> list[dict[str, Any]]:
@@ -211,7 +201,7 @@ class BaseFinetuning(Callback):
             returned = configure()
             self._load_hooks.extend(
                 optimizer.register_load_state_dict_pre_hook(self._hold_back_other_layouts)
-                for optimizer in _optimizers_in(returned)
+                for optimizer in parse_optimizers(returned)[0]
             )
             return returned
 

@@ -1,122 +1,12 @@
-"""What ``Module.configure_optimizers`` may return, read into optimizers and scheduler configurations."""
+"""Stepping the learning-rate schedulers ``configure_optimizers`` returned (read by core.module._optimizers)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
-
-import attrs
-import torch
+from typing import Any
 
 from core._errors import ConfigurationError
-
-INTERVALS: Final = ("epoch", "step")
-_SCHEDULER_KEYS: Final = frozenset({"scheduler", "interval", "frequency", "monitor", "strict", "name"})
-_OPTIMIZER_KEYS: Final = frozenset({"optimizer", "lr_scheduler", "monitor"})
-
-_SHAPES: Final = (
-    "an optimizer; a list of optimizers; ([optimizers], [schedulers]); {'optimizer': ..., 'lr_scheduler': ...}; "
-    "or a list of such dicts"
-)
-
-
-@attrs.frozen
-class SchedulerConfig:
-    """One learning-rate scheduler and when the Trainer steps it."""
-
-    scheduler: Any
-    interval: str = attrs.field(default="epoch")
-    frequency: int = 1
-    monitor: str | None = None
-    strict: bool = True
-    name: str | None = None
-
-    @interval.validator
-    def _check_interval(self, _: object, value: str) -> None:
-        if value not in INTERVALS:
-            raise ConfigurationError(f"lr_scheduler interval={value!r}: expected 'epoch' or 'step'.")
-
-    @property
-    def reduce_on_plateau(self) -> bool:
-        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-
-
-def _is_optimizer(value: object) -> bool:
-    return isinstance(value, torch.optim.Optimizer)
-
-
-def _scheduler_config(value: Any, monitor: str | None) -> SchedulerConfig:
-    if isinstance(value, Mapping):
-        unknown = sorted(set(value) - _SCHEDULER_KEYS)
-        if unknown or "scheduler" not in value:
-            raise ConfigurationError(
-                f"An lr_scheduler dict needs 'scheduler' and may have {sorted(_SCHEDULER_KEYS - {'scheduler'})}; "
-                f"got keys {sorted(value)}."
-            )
-        frequency = value.get("frequency", 1)
-        if not isinstance(frequency, int) or frequency < 1:
-            raise ConfigurationError(f"lr_scheduler frequency={frequency!r}: expected a whole number >= 1.")
-        config = SchedulerConfig(
-            scheduler=value["scheduler"],
-            interval=value.get("interval", "epoch"),
-            frequency=frequency,
-            monitor=value.get("monitor", monitor),
-            strict=bool(value.get("strict", True)),
-            name=value.get("name"),
-        )
-    else:
-        config = SchedulerConfig(scheduler=value, monitor=monitor)
-    if not callable(getattr(config.scheduler, "step", None)):
-        raise ConfigurationError(f"{config.scheduler!r} is not a learning-rate scheduler (it has no step()).")
-    if config.reduce_on_plateau and config.monitor is None:
-        raise ConfigurationError(
-            "ReduceLROnPlateau needs the metric it watches: return {'optimizer': ..., 'lr_scheduler': "
-            "{'scheduler': ..., 'monitor': 'val_loss'}} from configure_optimizers."
-        )
-    return config
-
-
-def _from_dicts(items: Sequence[Mapping[str, Any]]) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
-    optimizers, schedulers = [], []
-    for item in items:
-        unknown = sorted(set(item) - _OPTIMIZER_KEYS)
-        if unknown or "optimizer" not in item:
-            raise ConfigurationError(
-                f"configure_optimizers returned a dict with keys {sorted(item)}; it needs 'optimizer' and may have "
-                f"'lr_scheduler' and 'monitor'."
-            )
-        optimizers.append(item["optimizer"])
-        if item.get("lr_scheduler") is not None:
-            schedulers.append(_scheduler_config(item["lr_scheduler"], item.get("monitor")))
-    return optimizers, schedulers
-
-
-def parse_optimizers(returned: Any) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
-    """Read what ``configure_optimizers`` returned into ``(optimizers, scheduler configs)``."""
-    schedulers: list[SchedulerConfig]
-    if _is_optimizer(returned):
-        optimizers, schedulers = [returned], []
-    elif isinstance(returned, Mapping):
-        optimizers, schedulers = _from_dicts([returned])
-    elif isinstance(returned, (list, tuple)) and returned and all(isinstance(item, Mapping) for item in returned):
-        optimizers, schedulers = _from_dicts(returned)
-    elif (
-        isinstance(returned, (list, tuple)) and len(returned) == 2 and isinstance(returned[0], (list, tuple))
-    ):
-        optimizers = list(returned[0])
-        listed = returned[1] if isinstance(returned[1], (list, tuple)) else [returned[1]]
-        schedulers = [_scheduler_config(item, None) for item in listed]
-    elif isinstance(returned, (list, tuple)):
-        optimizers, schedulers = list(returned), []
-    else:
-        raise ConfigurationError(f"configure_optimizers returned {returned!r}; expected {_SHAPES}.")
-    bad = [optimizer for optimizer in optimizers if not _is_optimizer(optimizer)]
-    if not optimizers or bad:
-        raise ConfigurationError(
-            f"configure_optimizers returned {returned!r}: expected {_SHAPES}, with torch.optim.Optimizer objects"
-            + (f" (got {bad[0]!r})." if bad else ".")
-        )
-    return optimizers, schedulers
+from core.module._optimizers import SchedulerConfig
 
 
 def _step(scheduler: Any, metric: Any) -> None:

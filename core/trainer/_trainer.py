@@ -30,11 +30,11 @@ from core.callbacks.timer import Timer
 from core.lite import Lite
 from core.loggers import CSVLogger, Logger
 from core.module import DataModule, Module
+from core.module._optimizers import SchedulerConfig
 from core.profilers import PassThroughProfiler, Profiler, profiler_from
 from core.trainer._checkpoint import check_ckpt_path, saved_checkpoint_state
 from core.trainer._config import CLIP_ALGORITHMS, TrainerConfig, check_sync_batchnorm
 from core.trainer._logging import MetricStore
-from core.trainer._optim import SchedulerConfig
 from core.trainer._state import RunState
 
 __all__ = ["Trainer"]
