@@ -218,6 +218,7 @@ def test_every_documented_return_shape_of_configure_optimizers_is_read() -> None
         ({"optimizer": None}, "with torch.optim.Optimizer objects"),
         ("plateau", "ReduceLROnPlateau needs the metric it watches"),
         ("interval", "interval='hourly'"),
+        ("frequency", r"lr_scheduler frequency=True: expected a whole number >= 1"),
     ],
 )
 def test_wrong_returns_of_configure_optimizers_are_explained(returned: Any, message: str) -> None:
@@ -227,6 +228,9 @@ def test_wrong_returns_of_configure_optimizers_are_explained(returned: Any, mess
     elif returned == "interval":
         returned = {"optimizer": optimizer, "lr_scheduler": {
             "scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1), "interval": "hourly"}}
+    elif returned == "frequency":  # True is an int to Python, never a count
+        returned = {"optimizer": optimizer, "lr_scheduler": {
+            "scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1), "frequency": True}}
     with pytest.raises(core.ConfigurationError, match=message):
         parse_optimizers(returned)
 
