@@ -239,9 +239,37 @@ def run_rank(
         _outer_exceptions.pop()
 
 
+_SCRATCH_PREFIX: Final = "core-ddp-"
+
+
+def _new_scratch_directory() -> Path:
+    """A private directory for the ranks' error files (and a spawned job's result), named after this process.
+
+    It is removed when the job ends, but not when this process is SIGKILLed (the OOM killer, a scheduler): so
+    each new one first removes those of this user whose process no longer exists.
+    """
+    root = Path(tempfile.gettempdir())
+    for path in root.glob(f"{_SCRATCH_PREFIX}*-*"):
+        owner = path.name[len(_SCRATCH_PREFIX):].split("-", 1)[0]
+        with contextlib.suppress(OSError):
+            if owner.isdigit() and path.stat().st_uid == os.getuid() and not _process_exists(int(owner)):
+                shutil.rmtree(path, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-", dir=root))
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 @contextlib.contextmanager
 def _scratch_directory() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="core-ddp-"))
+    path = _new_scratch_directory()
     try:
         yield path
     finally:
@@ -274,7 +302,7 @@ def start_script_children(layout: Layout) -> Supervisor:
     A monitor thread stops the job when a child fails; at exit this process waits for its children so
     that none is killed by this process ending first.
     """
-    error_directory = Path(tempfile.mkdtemp(prefix="core-ddp-"))
+    error_directory = _new_scratch_directory()
     workers = []
     for local_rank in range(1, layout.devices_per_node):
         environment = {**os.environ, **layout.variables(local_rank)}

@@ -6,6 +6,7 @@ import datetime
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,27 @@ def test_a_job_meets_at_its_launchers_store_with_its_own_job_id(jobs: Any, tmp_p
     assert first["sum"] == second["sum"] == 3.0
     assert first["job"] and first["job"] == second["job"]  # both ranks carry the launcher's job id
     assert first["port"] == second["port"]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_a_launch_removes_the_scratch_directories_of_killed_launchers_and_its_own(
+    jobs: Any, tmp_path: Path, strategy: str
+) -> None:
+    """A rank 0 that was SIGKILLed leaves its error-file directory behind: the next launch removes it (its process
+    is gone), keeps one whose process still runs, and removes its own at the end."""
+    temporary, out = tmp_path / "tmp", tmp_path / "out"
+    temporary.mkdir()
+    out.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    (temporary / f"core-ddp-{gone}-abandoned" / "rank-1.json").parent.mkdir()
+    (temporary / f"core-ddp-{gone}-abandoned" / "rank-1.json").write_text("{}")
+    (temporary / f"core-ddp-{os.getpid()}-running").mkdir()  # this pytest process still runs
+    (temporary / "core-ddp-unnamed").mkdir()  # not named after a process: not ours to judge
+    finished = jobs.run(jobs.script("rendezvous_job.py", str(out), strategy), timeout=240,
+                        extra_env={"TMPDIR": str(temporary)})
+    assert finished.returncode == 0, finished.output
+    assert sorted(path.name for path in temporary.iterdir()) == [f"core-ddp-{os.getpid()}-running", "core-ddp-unnamed"]
 
 
 def test_eight_jobs_at_once_all_meet_their_own_ranks(jobs: Any, tmp_path: Path) -> None:
