@@ -321,8 +321,15 @@ class Lite:
         if first_error is not None:
             raise first_error
 
+    @overload
+    def launch(self, function: None = None) -> None: ...
+
+    @overload
+    def launch(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
     def launch(self, function: Callable[..., T] | None = None, *args: Any, **kwargs: Any) -> T | None:
-        """Run ``function(lite, *args, **kwargs)`` in every process of the run; return global rank 0's result.
+        """Run ``function(lite, *args, **kwargs)`` in every process of the run; return global rank 0's result
+        (typed as the function's: ``lite.launch(train)`` is a ``float`` when ``train`` returns one).
 
         :param function: Takes this ``Lite`` first. ``None`` sets up this process and returns, so that the
             script goes on (for strategies whose processes run the script itself, like ``ddp``); the run
