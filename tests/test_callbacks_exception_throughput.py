@@ -182,15 +182,18 @@ def test_flops_per_batch_gives_flops_per_second_and_bad_options_are_refused(tmp_
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed")
-@pytest.mark.parametrize("failing_rank", [-1, 0, 1])
+@pytest.mark.parametrize(("failing_rank", "backend"), [(-1, ""), (0, ""), (1, ""), (-1, "nccl")])
 def test_on_two_processes_a_global_exception_is_saved_and_one_rank_s_ends_the_run_unsaved_without_hanging(
-    tmp_path: Path, failing_rank: int
+    tmp_path: Path, failing_rank: int, backend: str
 ) -> None:
+    """The agreement runs over a gloo group of the callback's own; backend="nccl" makes the run's group look like
+    NCCL's to the callback (a GPU run's), so only that group can agree (NCCL itself is not run: no GPU here)."""
     environment = {key: value for key, value in os.environ.items() if key not in DISTRIBUTED_VARIABLES}
     environment["OMP_NUM_THREADS"] = "1"
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, str(SCRIPTS / "on_exception_ddp.py"), str(failing_rank), str(tmp_path / "saved")],
+        [sys.executable, str(SCRIPTS / "on_exception_ddp.py"), str(failing_rank), str(tmp_path / "saved"),
+         *([backend] if backend else [])],
         capture_output=True, text=True, timeout=240, env=environment,
     )
     elapsed = time.monotonic() - started

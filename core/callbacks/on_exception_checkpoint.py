@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -35,8 +36,8 @@ class OnExceptionCheckpoint(Checkpoint):
     ``timeout`` seconds for every process to reach its own exception handler (an exception all of them raise: a
     ``KeyboardInterrupt``, the same bad batch); an exception raised on some processes only (while the others wait
     in a collective of the step) is not saved, with a :class:`core.CoreWarning`, rather than hanging the run.
-    That agreement (point-to-point messages with a deadline) needs a gloo process group (``ddp`` and the strategies
-    built on it, on CPU); with another backend, or none, a multi-process run does not save on exceptions.
+    That agreement is point-to-point messages with a deadline over a gloo process group of its own, made in
+    :meth:`setup` whatever the run's backend (NCCL runs included), so it never mixes with the step's collectives.
 
     :param dirpath: The directory of the checkpoint, fixed here because an exception can come at any moment.
     :param filename: The file name without its extension.
@@ -58,6 +59,7 @@ class OnExceptionCheckpoint(Checkpoint):
         self.dirpath = dirpath
         self.filename = filename
         self._saved_in_this_run = False
+        self._group: dist.ProcessGroup | None = None  # the agreement's own gloo group, between setup and teardown
 
     @property
     def state_key(self) -> str:
@@ -68,6 +70,11 @@ class OnExceptionCheckpoint(Checkpoint):
     def ckpt_path(self) -> str:
         """Where the checkpoint is written."""
         return os.path.join(os.fspath(self.dirpath), self.filename + self.FILE_EXTENSION)
+
+    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+        # Collective: every process runs setup at the same point of the run, before any step.
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized() and dist.is_gloo_available():
+            self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=max(60.0, 4 * self.timeout)))
 
     def on_exception(self, trainer: Trainer, module: Module, exception: BaseException) -> None:
         if trainer.world_size > 1:
@@ -94,9 +101,13 @@ class OnExceptionCheckpoint(Checkpoint):
         """
         if not (dist.is_available() and dist.is_initialized()):
             return f"the {world_size} processes share no torch.distributed group to agree whether all of them failed."
-        backend = dist.get_backend()
-        if backend != "gloo":
-            return f"agreeing whether every process failed needs a gloo process group, this run's is {backend!r}."
+        group = self._group
+        if group is None and dist.get_backend() != "gloo":
+            return (
+                "the exception came before the callback's setup made the gloo group the processes agree over"
+                if dist.is_gloo_available() else "agreeing whether every process failed needs gloo, which this torch "
+                "build lacks."
+            )
         start = time.monotonic()
         # Every tensor and Work object stays referenced until its transfer is done: a send whose Work object is
         # dropped early may never arrive (seen as a timed-out agreement between two processes that both failed).
@@ -105,13 +116,14 @@ class OnExceptionCheckpoint(Checkpoint):
             if dist.get_rank() == 0:
                 for peer in range(1, world_size):
                     left = max(self.timeout - (time.monotonic() - start), 0.001)
-                    _wait(dist.irecv(received, src=peer, tag=_AGREEMENT_TAG), left)
-                answers = [dist.isend(message, dst=peer, tag=_AGREEMENT_TAG) for peer in range(1, world_size)]
+                    _wait(dist.irecv(received, src=peer, group=group, tag=_AGREEMENT_TAG), left)
+                answers = [dist.isend(message, dst=peer, group=group, tag=_AGREEMENT_TAG)
+                           for peer in range(1, world_size)]
                 for answer in answers:
                     _wait(answer, self.timeout)
             else:
-                sent = dist.isend(message, dst=0, tag=_AGREEMENT_TAG)
-                _wait(dist.irecv(received, src=0, tag=_AGREEMENT_TAG), 2 * self.timeout)
+                sent = dist.isend(message, dst=0, group=group, tag=_AGREEMENT_TAG)
+                _wait(dist.irecv(received, src=0, group=group, tag=_AGREEMENT_TAG), 2 * self.timeout)
                 _wait(sent, self.timeout)
         except RuntimeError as error:
             return (
@@ -121,6 +133,10 @@ class OnExceptionCheckpoint(Checkpoint):
         return None
 
     def teardown(self, trainer: Trainer, module: Module, stage: str) -> None:
+        if self._group is not None:
+            group, self._group = self._group, None
+            with contextlib.suppress(Exception):  # local; a peer stuck in a collective cannot block it
+                dist.destroy_process_group(group)
         # The Trainer calls teardown after an exception too; Lightning does not, so only a clean end deletes.
         if self._saved_in_this_run:
             self._saved_in_this_run = False

@@ -1,8 +1,11 @@
 """Run by tests/test_callbacks_exception_throughput.py on two ``ddp`` processes with an OnExceptionCheckpoint.
 
-    python on_exception_ddp.py <failing rank: 0, 1 or -1 for both> <checkpoint directory>
+    python on_exception_ddp.py <failing rank: 0, 1 or -1 for both> <checkpoint directory> [backend]
 
-The chosen rank(s) raise at global step 3; the script's exit status and the directory tell what happened.
+The chosen rank(s) raise at global step 3; the script's exit status and the directory tell what happened. With a
+third argument (``nccl``), ``torch.distributed.get_backend()`` answers it instead of ``gloo``: the callback then
+cannot use the run's group and must agree over the gloo group of its own, as on a GPU run (NCCL itself is not
+exercised: this machine has no GPU).
 """
 
 from __future__ import annotations
@@ -46,4 +49,8 @@ def main(failing_rank: int, directory: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 3:
+        import torch.distributed as dist
+
+        dist.get_backend = lambda group=None: sys.argv[3]  # type: ignore[assignment]
     main(int(sys.argv[1]), sys.argv[2])
