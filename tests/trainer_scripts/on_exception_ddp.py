@@ -52,5 +52,5 @@ if __name__ == "__main__":
     if len(sys.argv) > 3:
         import torch.distributed as dist
 
-        dist.get_backend = lambda group=None: sys.argv[3]  # type: ignore[assignment]
+        dist.get_backend = lambda group=None: dist.Backend(sys.argv[3])
     main(int(sys.argv[1]), sys.argv[2])
