@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.distributed  # the ddp, fsdp and distributed-checkpoint benchmarks run 2 ranks
 @pytest.mark.timeout(600)
 def test_bench_tiny_run_writes_both_reports(tmp_path: Path) -> None:
     result = subprocess.run(

@@ -33,6 +33,7 @@ def test_bad_node_count_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         Lite()
 
 
+@pytest.mark.distributed  # core.run starts 2 processes
 @pytest.mark.timeout(180)
 def test_core_run_configures_a_script_that_names_nothing(tmp_path: pytest.TempPathFactory) -> None:
     import os

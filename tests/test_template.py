@@ -184,6 +184,7 @@ def test_an_existing_package_is_not_overwritten(tmp_path: Path) -> None:
         generate("precision", "mine", tmp_path)
 
 
+@pytest.mark.distributed  # the generated strategy package runs the conformance kit's 2-process jobs
 def test_generated_tests_pass(sandbox: Sandbox) -> None:
     report = sandbox.packages / "report.xml"
     started = time.monotonic()
@@ -211,6 +212,7 @@ def test_listed_by_metadata_in_that_environment_only(sandbox: Sandbox) -> None:
     assert not {alias for alias in NAMES.values()} & {info.alias for info in discover().entries}
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(400)
 def test_used_by_alias_in_a_two_process_run(sandbox: Sandbox, tmp_path: Path) -> None:
     script = tmp_path / "two_process_run.py"

@@ -141,5 +141,6 @@ def test_misuse_is_a_core_error() -> None:
 
 def test_without_psutil_the_error_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil now raises ImportError
-    with pytest.raises(CoreError, match=r"psutil, which is not installed .*pip install psutil"):
+    with pytest.raises(CoreError, match=r"psutil, which is not installed .*pip install psutil") as raised:
         SocketWatch()
+    assert f"the environment at {sys.prefix}:" in str(raised.value)

@@ -30,6 +30,7 @@ import contextlib
 import ipaddress
 import os
 import socket
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -90,7 +91,7 @@ def _psutil() -> Any:
     except ImportError as error:
         raise CoreError(
             "core.testing.sockets.SocketWatch reads each process's sockets with psutil, which is not installed in "
-            f"{os.path.dirname(os.__file__)}: add psutil to your test dependencies (pip install psutil)"
+            f"the environment at {sys.prefix}: add psutil to your test dependencies (pip install psutil)"
         ) from error
     return psutil
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.distributed
+
 SCRIPTS = Path(__file__).parent / "scripts"
 FLOAT32 = 4
 WARMUP = 2
