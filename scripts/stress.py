@@ -6,7 +6,7 @@ than as a red CI run once in a while. A test file counts as multi-process when i
 (or runs the conformance kit's strategy jobs).
 
     python scripts/stress.py --repeat 10                 # every multi-process file, 10 times each
-    python scripts/stress.py --repeat 3 --only ddp       # files whose path contains "ddp"
+    python scripts/stress.py --repeat 3 --only ddp       # files whose path contains "ddp" (--only again: or)
     python scripts/stress.py --repeat 0 --jobs 8 --rounds 5   # only the concurrent jobs
     python scripts/stress.py --workers 2 --record runs.jsonl  # two files at once, every run appended to a record
     python scripts/stress.py --summarize a.jsonl b.jsonl      # the counts over earlier records, nothing run
@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,13 +40,16 @@ _LAUNCH_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RAN
 _FAILURE_CHARS = 2000  # of each failure's text kept in the record: the assertion and the end of the traceback
 
 
-def multi_process_files(only: str | None) -> list[Path]:
-    """Test files that start several processes: marked ``distributed``, or running the kit's strategy jobs."""
+def multi_process_files(only: Sequence[str] | None = None) -> list[Path]:
+    """Test files that start several processes: marked ``distributed``, or running the kit's strategy jobs.
+
+    ``only``: keep the files whose path contains any of these strings (all of them when None or empty).
+    """
     candidates = sorted([*ROOT.glob("tests/**/test_*.py"), *ROOT.glob("plugins/*/tests/**/test_*.py"),
                          *ROOT.glob("contrib/*/tests/**/test_*.py")])
     markers = ("mark.distributed", "StrategyConformance", "ExtensionConformance")  # the kit's jobs are real too
-    return [path for path in candidates
-            if any(marker in path.read_text() for marker in markers) and (only is None or only in str(path))]
+    return [path for path in candidates if any(marker in path.read_text() for marker in markers)
+            and (not only or any(text in str(path) for text in only))]
 
 
 def runs_alone(path: Path) -> bool:
@@ -202,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=int(os.environ.get("STRESS_N", "10")),
                         help="runs of each multi-process test file (default: STRESS_N or 10)")
-    parser.add_argument("--only", help="only test files whose path contains this")
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="only test files whose path contains this (repeat it for several)")
     parser.add_argument("--workers", type=int, default=1,
                         help="test files run at once (default 1; a file with serial tests always runs alone)")
     parser.add_argument("--jobs", type=int, default=8, help="concurrent 2-process ddp jobs per round")
@@ -221,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     tally = Tally(options.record)
     files = multi_process_files(options.only) if options.repeat > 0 else []
+    if options.repeat > 0 and options.only and not files:
+        parser.error(f"--only {' '.join(options.only)}: no multi-process test file's path contains that; "
+                     "they are the files marked distributed (see CONTRIBUTING)")
     if files:
         run_files(files, options.repeat, options.workers, options.file_timeout, tally)
         tally.report()

@@ -62,3 +62,24 @@ def test_files_with_serial_tests_run_alone() -> None:
     alone = {path.name for path in files if stress.runs_alone(path)}
     assert "test_hivemind_peers.py" in alone  # marked serial: peers must hear each other in time
     assert "test_ddp_rendezvous.py" not in alone
+
+
+def test_tests_that_start_processes_through_a_script_or_core_run_are_selected() -> None:
+    # Each starts its processes indirectly (a benchmark, a generated package, core.run, a script): stress finds
+    # them only by their distributed mark, which they once lacked.
+    names = {path.name for path in stress.multi_process_files()}
+    assert {"test_bench_smoke.py", "test_template.py", "test_lite_launcher_defaults.py",
+            "test_powersgd_bytes.py"} <= names
+    assert "test_resolver.py" not in names  # resolves devices=2 in this process: no second process
+
+
+def test_only_keeps_the_files_matching_any_of_its_values() -> None:
+    chosen = {path.name for path in stress.multi_process_files(["bench_smoke", "powersgd_bytes"])}
+    assert chosen == {"test_bench_smoke.py", "test_powersgd_bytes.py"}
+
+
+def test_an_only_matching_no_file_is_an_error_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        stress.main(["--repeat", "1", "--only", "no-such-file", "--jobs", "0"])
+    assert exited.value.code == 2
+    assert "--only no-such-file: no multi-process test file's path contains that" in capsys.readouterr().err
