@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(240
 AFTER_KILL = 100
 """Steps the survivors commit without the killed group before a new one starts."""
 HOLD_AT = 30
-"""The step in whose backward pass the group to be killed stops."""
+"""The earliest step in whose backward pass the group to be killed stops (the first from it after all three groups
+committed two steps together: the first quorums may form without a group that started late)."""
 
 
 def wait_for_file(path: Path, group: Group, timeout: float = 90) -> None:
@@ -53,20 +54,26 @@ def finish(tmp_path: Path, groups: list[Group], extra_steps: int = 50) -> None:
         assert group.process.returncode == 0, group.output()
 
 
-def test_a_killed_group_leaves_the_others_stepping_and_a_new_group_catches_up(tmp_path: Path) -> None:
+# "one-late": group 1 starts 3 s after the others, so the first quorums are groups 0 and 2 alone and group 1 joins
+# by receiving their state; the group to be killed must still wait until all three have stepped together.
+@pytest.mark.parametrize("late", [0.0, 3.0], ids=["together", "one-late"])
+def test_a_killed_group_leaves_the_others_stepping_and_a_new_group_catches_up(tmp_path: Path, late: float) -> None:
     pytest.importorskip("torchft")
     watch = SocketWatch(new_descendants=True)
     started: list[Group] = []
     with watch, lighthouse(watch, min_replicas=2) as address:
         try:
-            started += [Group(tmp_path, number, address, 3, watch) for number in (0, 1)]
+            started.append(Group(tmp_path, 0, address, 3, watch))
             started.append(Group(tmp_path, 2, address, 3, watch, "--hold-in-backward-at", str(HOLD_AT)))
+            time.sleep(late)
+            started.insert(1, Group(tmp_path, 1, address, 3, watch))
             survivors, victim = started[:2], started[2]
             # Killed in the middle of a step: inside its backward pass, while the others wait in the allreduce.
             wait_for_file(tmp_path / "holding-2", victim)
             os.kill(victim.process.pid, signal.SIGKILL)
             killed_at = time.time()
-            step_at_kill = HOLD_AT  # where all three stand: the other two wait in its allreduce
+            step_at_kill = int((tmp_path / "holding-2").read_text())  # where all three stand: two wait in the allreduce
+            assert step_at_kill >= HOLD_AT, step_at_kill
             for group in survivors:
                 group.wait_for_step(step_at_kill + AFTER_KILL)  # two of them now, in the same processes
             joiner = Group(tmp_path, 2, address, 3, watch)

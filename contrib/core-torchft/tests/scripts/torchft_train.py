@@ -13,8 +13,14 @@ from the same ones (``init_sync=False``: no group heals at the first step) and t
 that one process reaches on the whole global batches for the same number of steps (plain torch, no torchft):
 data parallelism over the groups must match it.
 
-``--hold-in-backward-at STEP`` stops the group inside the backward pass of that step (before its gradients reach
-the allreduce, while the other groups wait in it) and writes OUT/holding-G, for the test to SIGKILL it there.
+``--hold-in-backward-at STEP`` stops the group inside the backward pass of a step (before its gradients reach
+the allreduce, while the other groups wait in it) and writes that step to OUT/holding-G, for the test to SIGKILL it
+there. The step is STEP, or the first one after it that follows two steps committed by all NUM_REPLICA_GROUPS
+groups: the lighthouse may form the first quorums without a group that starts slowly (its min_replicas is below the
+group count so that the survivors of a kill go on), and a kill before every group has stepped together is not the
+failure the test is about. Two, not one: each other group recorded the first of them before it sent its gradients
+for the second, which this group received before it held, so the records show a step of all groups before the kill
+by causality, not by timing.
 """
 
 from __future__ import annotations
@@ -72,16 +78,18 @@ def stop_at(out: Path) -> int | None:
         return None
 
 
-def write(path: Path, data: dict[str, Any]) -> None:
+def write(path: Path, data: object) -> None:
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(data))
     os.replace(temporary, path)
 
 
-def hold_in_backward(model: torch.nn.Module, manager: Any, step: int, out: Path, group: int) -> None:
+def hold_in_backward(
+    model: torch.nn.Module, manager: Any, step: int, out: Path, group: int, steps_of_all: list[int]
+) -> None:
     def hold(gradient: torch.Tensor) -> torch.Tensor:
-        if manager.current_step() == step:
-            (out / f"holding-{group}").write_text(str(os.getpid()))
+        if manager.current_step() >= step and steps_of_all[0] >= 2:
+            write(out / f"holding-{group}", manager.current_step())  # whole when the test sees it
             time.sleep(600)  # until the test kills this process
         return gradient
 
@@ -96,8 +104,9 @@ def train(lite: Lite, out: Path, same_start: bool, hold_at: int | None) -> None:
     model = model_from(100 if same_start else 100 + group)
     module, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=MOMENTUM))
     manager = strategy.manager
+    steps_of_all = [0]  # steps committed by every group, for --hold-in-backward-at
     if hold_at is not None:
-        hold_in_backward(model, manager, hold_at, out, group)
+        hold_in_backward(model, manager, hold_at, out, group, steps_of_all)
     ready = time.time()  # set up, before the first quorum (and before healing, for a group that joins late)
     record = out / f"group-{group}-{os.getpid()}.json"
     timeline: list[tuple[float, int, int]] = []
@@ -110,6 +119,8 @@ def train(lite: Lite, out: Path, same_start: bool, hold_at: int | None) -> None:
         lite.backward(torch.nn.functional.mse_loss(module(features), targets))
         optimizer.step()  # commits only if every group of the quorum succeeded
         timeline.append((time.time(), manager.current_step(), manager.num_participants()))
+        if timeline[-1][2] == groups:
+            steps_of_all[0] += 1
         if len(timeline) % 5 == 0:
             write(record, {"pid": os.getpid(), "group": group, "timeline": timeline, "done": False})
     weights = {name: value.flatten().tolist() for name, value in model.state_dict().items()}
