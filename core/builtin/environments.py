@@ -11,6 +11,7 @@ import os
 import socket
 from typing import Final
 
+from core._checks import read_whole
 from core._errors import ConfigurationError
 from core._markers import hookimpl
 from core._records import ClusterInfo
@@ -52,10 +53,7 @@ def _int_variable(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(f"The environment variable {name}={raw!r} is not a whole number.") from None
+    return read_whole(name, raw)
 
 
 class LocalEnvironment:

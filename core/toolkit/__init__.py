@@ -40,6 +40,11 @@ the current step method, the user's Module being ``step_module.module``) and sav
 as :class:`StatefulList` entries; a strategy that restructures the model or saves optimizers its own way
 recognises them by these classes.
 
+**Whole numbers**: :func:`is_whole` says whether a value is an ``int`` that is not a ``bool`` (and at least a
+minimum); :func:`check_whole` returns an argument that is one or raises :class:`core.ConfigurationError` naming
+``Owner(name=value)``; :func:`read_whole` parses the text a launcher wrote into an environment variable (digits
+only: no sign, no fraction) and names the variable, who sets it and the fix when it is not a whole number.
+
 **Strategies**: :class:`SingleDeviceStrategy` is the single-process reference strategy (``single_device``)
 that data-parallel strategies extend; :func:`check_reduce_op` validates ``reduce_op`` against
 :data:`REDUCE_OPS`.
@@ -96,6 +101,10 @@ _LAZY: Final[dict[str, tuple[str, str]]] = {
     "PRECISION_KEY": ("core.toolkit._checkpoint_state", "PRECISION_KEY"),
     "StatefulList": ("core.toolkit._trainer_objects", "StatefulList"),
     "StepModule": ("core.toolkit._trainer_objects", "StepModule"),
+    # whole numbers
+    "is_whole": ("core._checks", "is_whole"),
+    "check_whole": ("core._checks", "check_whole"),
+    "read_whole": ("core._checks", "read_whole"),
     # strategies
     "SingleDeviceStrategy": ("core.builtin.strategies", "SingleDeviceStrategy"),
     "check_reduce_op": ("core.builtin.strategies", "check_reduce_op"),
@@ -103,6 +112,7 @@ _LAZY: Final[dict[str, tuple[str, str]]] = {
 }
 
 if TYPE_CHECKING:
+    from core._checks import check_whole, is_whole, read_whole
     from core.builtin.checkpoint_io import atomic_torch_save, safe_torch_load, torch_load_from
     from core.builtin.environments import ExportedVariables, find_free_port
     from core.builtin.strategies import REDUCE_OPS, SingleDeviceStrategy, check_reduce_op
@@ -173,6 +183,7 @@ __all__ = [
     "atomic_write",
     "bind_listener",
     "check_reduce_op",
+    "check_whole",
     "exists",
     "filesystem",
     "find_free_port",
@@ -181,10 +192,12 @@ __all__ = [
     "is_loopback",
     "is_stateful",
     "is_url",
+    "is_whole",
     "join",
     "list_names",
     "local_path",
     "open_for_reading",
+    "read_whole",
     "remove_added",
     "remove_path",
     "restore_state",

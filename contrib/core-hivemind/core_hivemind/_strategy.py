@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Final
 import torch
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
+from core.toolkit import is_whole
 
 from . import _engine
 
@@ -44,8 +45,8 @@ def peers_from_environment(environ: Mapping[str, str] | None = None) -> list[str
 
 
 def _positive(owner: str, name: str, value: object, whole: bool = False) -> None:
-    number = isinstance(value, int) if whole else isinstance(value, (int, float))
-    if isinstance(value, bool) or not number or not (isinstance(value, (int, float)) and value > 0):
+    number = is_whole(value) if whole else isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not (isinstance(value, (int, float)) and value > 0):
         raise ConfigurationError(f"{owner}({name}={value!r}) must be a number > 0.")
 
 

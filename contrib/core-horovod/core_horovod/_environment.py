@@ -17,6 +17,7 @@ from typing import Final
 import attrs
 
 from core import ClusterInfo, ConfigurationError, hookimpl
+from core.toolkit import read_whole
 
 VARIABLES: Final = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE")
 
@@ -41,9 +42,7 @@ def _integer(environ: Mapping[str, str], name: str, default: int | None = None) 
     raw = environ.get(name)
     if raw is None and default is not None:
         return default
-    if raw is None or not raw.strip().isdigit():
-        raise ConfigurationError(f"{name}={raw!r} is not a whole number; horovodrun sets it for every rank.")
-    return int(raw)
+    return read_whole(name, "" if raw is None else raw, source="Horovod", hint="horovodrun sets it for every rank.")
 
 
 def read_ranks(environ: Mapping[str, str] | None = None) -> HorovodRanks:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Final
 import torch
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
+from core.toolkit import check_whole
 
 from . import _engine
 
@@ -61,12 +62,7 @@ class HorovodStrategy:
         compression: str = "none",
         gradient_predivide_factor: float = 1.0,
     ) -> None:
-        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) or (
-            backward_passes_per_step < 1
-        ):
-            raise ConfigurationError(
-                f"HorovodStrategy(backward_passes_per_step={backward_passes_per_step!r}) must be a whole number >= 1."
-            )
+        check_whole("HorovodStrategy", "backward_passes_per_step", backward_passes_per_step, 1)
         if compression not in COMPRESSIONS:
             raise ConfigurationError(
                 f"HorovodStrategy(compression={compression!r}) is not a compression; expected one of "

@@ -67,7 +67,8 @@ def test_the_environment_ignores_processes_horovodrun_did_not_start(monkeypatch:
 
 
 def test_strategy_options_are_checked() -> None:
-    with pytest.raises(core.ConfigurationError, match="backward_passes_per_step=0\\) must be a whole number >= 1"):
+    refusal = r"^HorovodStrategy\(backward_passes_per_step=0\): expected a whole number >= 1\.$"
+    with pytest.raises(core.ConfigurationError, match=refusal):
         HorovodStrategy(backward_passes_per_step=0)
     with pytest.raises(core.ConfigurationError, match="compression='zstd'\\) is not a compression"):
         HorovodStrategy(compression="zstd")

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 from core import ActiveSet, ConfigurationError, CoreWarning, hookimpl
+from core.toolkit import check_whole, is_whole
 
 CommHook = Callable[[Any, Any], Any]
 
@@ -37,12 +38,6 @@ def one_bucket_at_a_time(hook: CommHook) -> CommHook:
         return future
 
     return in_order
-
-
-def _positive_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"PowerSGDExtension({name}={value!r}): expected a whole number >= {minimum}.")
-    return value
 
 
 class PowerSGDExtension:
@@ -79,15 +74,15 @@ class PowerSGDExtension:
                 "PowerSGDExtension(powersgd=False, fp16=False) compresses nothing; pass powersgd=True, fp16=True "
                 "or both, or leave 'powersgd' out of plugins=[...]."
             )
-        self.rank = _positive_int("rank", rank, 1)
+        self.rank = check_whole("PowerSGDExtension", "rank", rank, 1)
         minimum = MIN_WARMUP if powersgd and (error_feedback or warm_start) else 0
-        if isinstance(warmup, int) and not isinstance(warmup, bool) and 0 <= warmup < minimum:
+        if is_whole(warmup, 0) and warmup < minimum:
             raise ConfigurationError(
                 f"PowerSGDExtension(warmup={warmup}) is too short: with error_feedback or warm_start, PowerSGD needs "
                 f"at least {MIN_WARMUP} steps of plain all-reduce while DDP settles its buckets; pass "
                 f"warmup={MIN_WARMUP} or more."
             )
-        self.warmup = _positive_int("warmup", warmup, 0)
+        self.warmup = check_whole("PowerSGDExtension", "warmup", warmup, 0)
         if min_compression_rate <= 0:
             raise ConfigurationError(
                 f"PowerSGDExtension(min_compression_rate={min_compression_rate!r}) must be positive."

@@ -16,6 +16,7 @@ from typing import Final
 import attrs
 
 from core import ClusterInfo, ConfigurationError, hookimpl
+from core.toolkit import read_whole
 
 GLOBAL_RANK: Final = "CORE_RAY_GLOBAL_RANK"
 WORLD_SIZE: Final = "CORE_RAY_WORLD_SIZE"
@@ -61,13 +62,11 @@ class RayRank:
 
 
 def _whole(environ: Mapping[str, str], name: str) -> int:
-    raw = environ.get(name, "")
-    if not raw.strip().isdigit():
-        raise ConfigurationError(
-            f"{name}={raw!r} is not a whole number; the 'ray' launcher sets it in every actor it starts. Run the "
-            f"job through plugins=['ray'] rather than setting CORE_RAY_* variables by hand."
-        )
-    return int(raw)
+    return read_whole(
+        name, environ.get(name, ""), source="Ray actor",
+        hint="the 'ray' launcher sets it in every actor it starts. Run the job through plugins=['ray'] rather than "
+        "setting CORE_RAY_* variables by hand.",
+    )
 
 
 def read_rank(environ: Mapping[str, str] | None = None) -> RayRank:

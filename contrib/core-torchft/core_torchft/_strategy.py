@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Final
 import torch
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit import SingleDeviceStrategy, bind_listener, is_loopback
+from core.toolkit import SingleDeviceStrategy, bind_listener, check_whole, is_loopback, read_whole
 
 from . import _engine
 from ._ddp import FaultTolerantDDP
@@ -53,12 +53,12 @@ def _duration(name: str, value: timedelta | float) -> timedelta:
     return duration
 
 
-def _whole(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{name}={value!r}: expected a whole number >= {minimum}.")
-    return value
+def _whole(name: str, value: object, minimum: int, variable: str | None = None) -> int:
+    """An argument, or the text of ``variable`` when the argument was left out (``value`` is then a str)."""
+    if variable is not None and isinstance(value, str):
+        return read_whole(variable, value, minimum=minimum, source="torchft",
+                          hint=f"set it to a whole number, or pass TorchFTStrategy({name}=...).")
+    return check_whole("TorchFTStrategy", name, value, minimum)
 
 
 def _flag(name: str, value: object) -> bool:
@@ -155,14 +155,14 @@ class TorchFTStrategy(SingleDeviceStrategy):
         self.lighthouse = lighthouse
         self.replica_group = replica_group
         self.num_replica_groups = num_replica_groups
-        self.min_replica_size = _whole("TorchFTStrategy(min_replica_size)", min_replica_size, 1)
+        self.min_replica_size = _whole("min_replica_size", min_replica_size, 1)
         self.host = host
         self.timeout = _duration("timeout", timeout)
         self.quorum_timeout = _duration("quorum_timeout", quorum_timeout)
         self.connect_timeout = _duration("connect_timeout", connect_timeout)
         self.heartbeat_interval = _duration("heartbeat_interval", heartbeat_interval)
         self.use_async_quorum = _flag("use_async_quorum", use_async_quorum)
-        self.max_retries = None if max_retries is None else _whole("TorchFTStrategy(max_retries)", max_retries, 0)
+        self.max_retries = None if max_retries is None else _whole("max_retries", max_retries, 0)
         self.init_sync = _flag("init_sync", init_sync)
         self._manager: Any = None
         self._process_group: Any = None
@@ -200,15 +200,17 @@ class TorchFTStrategy(SingleDeviceStrategy):
 
     def group(self) -> int:
         """This process's replica group."""
-        raw = self.replica_group if self.replica_group is not None else os.environ.get(REPLICA_GROUP_VARIABLE, 0)
-        return _whole(f"replica_group (or {REPLICA_GROUP_VARIABLE})", raw, 0)
+        if self.replica_group is not None:
+            return _whole("replica_group", self.replica_group, 0)
+        return _whole("replica_group", os.environ.get(REPLICA_GROUP_VARIABLE, 0), 0, REPLICA_GROUP_VARIABLE)
 
     def groups(self) -> int:
         """How many replica groups the data is split in."""
-        raw = self.num_replica_groups if self.num_replica_groups is not None else (
-            os.environ.get(NUM_REPLICA_GROUPS_VARIABLE, 1)
-        )
-        count = _whole(f"num_replica_groups (or {NUM_REPLICA_GROUPS_VARIABLE})", raw, 1)
+        if self.num_replica_groups is not None:
+            count = _whole("num_replica_groups", self.num_replica_groups, 1)
+        else:
+            count = _whole("num_replica_groups", os.environ.get(NUM_REPLICA_GROUPS_VARIABLE, 1), 1,
+                           NUM_REPLICA_GROUPS_VARIABLE)
         if self.group() >= count:
             raise ConfigurationError(
                 f"replica group {self.group()} is outside num_replica_groups={count}: groups are numbered 0 to "

@@ -16,6 +16,7 @@ import os
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
+from core.toolkit import read_whole
 
 REQUIRED: Final = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 
@@ -33,11 +34,7 @@ def _require(name: str) -> str:
 def _read_int(name: str, default: int | None = None) -> int:
     if default is not None and not os.environ.get(name, "").strip():
         return default
-    raw = _require(name)
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(f"The Kubeflow variable {name}={raw!r} is not a whole number.") from None
+    return read_whole(name, _require(name), source="Kubeflow", hint="the PyTorchJob operator sets it to one.")
 
 
 class KubeflowEnvironment:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
-from core.toolkit import ExportedVariables
+from core.toolkit import ExportedVariables, read_whole
 
 DETECTION_VARIABLES: Final = ("LSB_JOBID", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK")
 HOST_SOURCES: Final = ("LSB_DJOB_RANKFILE", "LSB_MCPU_HOSTS", "LSB_HOSTS")
@@ -34,10 +34,7 @@ def _read_int(name: str) -> int:
             f"{name} is not set, but the 'lsf' environment reads it from jsrun. Start the script with "
             f"`jsrun ... python script.py` inside the LSF job, or pick another environment."
         )
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(f"The LSF variable {name}={raw!r} is not a whole number.") from None
+    return read_whole(name, raw, source="LSF", hint="jsrun sets it to one.")
 
 
 def _unique(hosts: list[str]) -> list[str]:

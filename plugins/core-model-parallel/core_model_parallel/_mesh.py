@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 import attrs
 
 from core import ConfigurationError
+from core.toolkit import is_whole
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -28,7 +29,7 @@ def check_size(owner: str, option: str, value: object) -> int | Literal["auto"]:
     """``value`` if it is ``"auto"`` or a positive int, else a :class:`core.ConfigurationError` naming it."""
     if value == AUTO:
         return AUTO
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_whole(value, 1):
         raise ConfigurationError(f"{owner}({option}={value!r}): expected a positive number of processes or 'auto'.")
     return value
 

@@ -27,6 +27,7 @@ from typing import Final
 import attrs
 
 from core import ConfigurationError
+from core.toolkit import read_whole
 
 
 @attrs.frozen
@@ -75,13 +76,7 @@ class MPIRanks:
 
 
 def _int(environ: Mapping[str, str], name: str, flavour: str) -> int:
-    raw = environ.get(name, "")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"The {flavour} variable {name}={raw!r} is not a whole number; mpirun sets it to one."
-        ) from None
+    return read_whole(name, environ.get(name, ""), source=flavour, hint="mpirun sets it to one.")
 
 
 def detect_flavour(environ: Mapping[str, str] | None = None) -> Flavour | None:

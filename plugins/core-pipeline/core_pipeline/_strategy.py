@@ -38,7 +38,15 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from core import ActiveSet, CheckpointError, ConfigurationError, Supports, hookimpl
 from core.lite import LiteOptimizer
-from core.toolkit import PRECISION_KEY, StatefulList, StepModule, is_stateful, restore_state, to_checkpoint
+from core.toolkit import (
+    PRECISION_KEY,
+    StatefulList,
+    StepModule,
+    is_stateful,
+    is_whole,
+    restore_state,
+    to_checkpoint,
+)
 
 from ._layout import (
     OptimizerLayout,
@@ -129,7 +137,7 @@ class PipelineStrategy(DDPStrategy):
         self.schedule = schedule
         self.stages_per_rank = _stages_per_rank(schedule, stages_per_rank, self.num_stages)
         self.n_microbatches = n_microbatches if n_microbatches is not None else max(self.num_stages, 1)
-        if isinstance(self.n_microbatches, bool) or not isinstance(self.n_microbatches, int) or self.n_microbatches < 1:
+        if not is_whole(self.n_microbatches, 1):
             raise ConfigurationError(f"{_OWNER}(n_microbatches={n_microbatches!r}): expected a positive int.")
         if loss_fn is not None and not callable(loss_fn):
             raise ConfigurationError(f"{_OWNER}(loss_fn={loss_fn!r}): expected a function (output, target) -> loss.")
@@ -504,7 +512,7 @@ def _num_stages(split_points: Sequence[str] | None, stage_fn: StageFn | None, nu
         raise ConfigurationError(
             f"{_OWNER}(stage_fn={stage_fn!r}): expected a function (model, stage_index, num_stages) -> module."
         )
-    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
+    if not is_whole(num_stages, 1):
         raise ConfigurationError(f"{_OWNER}(stage_fn=...) needs num_stages= (a positive int), got {num_stages!r}.")
     return num_stages
 
@@ -513,7 +521,7 @@ def _stages_per_rank(schedule: str, stages_per_rank: int | None, num_stages: int
     multi = schedule in _MULTI_STAGE
     value = stages_per_rank if stages_per_rank is not None else (2 if multi else 1)
     num_stages = num_stages or value  # no split yet (the bare alias): checked when the run is resolved
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_whole(value, 1):
         raise ConfigurationError(f"{_OWNER}(stages_per_rank={stages_per_rank!r}): expected a positive int.")
     if multi and value < 2:
         raise ConfigurationError(

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from core import ClusterInfo, ConfigurationError, CoreWarning, hookimpl
-from core.toolkit import ExportedVariables
+from core.toolkit import ExportedVariables, read_whole
 
 from ._hostlist import first_host
 from ._requeue import RequeueCallback, RequeueHandler
@@ -39,13 +39,7 @@ def _read_int(name: str) -> int | None:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"The SLURM variable {name}={raw!r} is not a whole number; SLURM sets it to one. "
-            f"Unset it, or run the script under srun."
-        ) from None
+    return read_whole(name, raw, source="SLURM", hint="SLURM sets it to one. Unset it, or run the script under srun.")
 
 
 def _require_int(name: str) -> int:

@@ -79,10 +79,16 @@ def test_a_job_id_without_digits_asks_for_master_port(monkeypatch: pytest.Monkey
         main_port()
 
 
-def test_a_non_numeric_rank_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_variables(monkeypatch, {**SRUN_TASK, "SLURM_PROCID": "five"})
-    with pytest.raises(ConfigurationError, match=r"SLURM_PROCID='five' is not a whole number"):
+# int() would take "-1", "+1" and "1_0"; SLURM never writes them, so they are refused like words.
+@pytest.mark.parametrize("raw", ["five", "-1", "+1", "1_0"])
+def test_a_non_numeric_rank_names_the_variable(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    set_variables(monkeypatch, {**SRUN_TASK, "SLURM_PROCID": raw})
+    with pytest.raises(ConfigurationError) as refused:
         SLURMEnvironment().environment_cluster_info(devices_per_node=2, num_nodes=4)
+    assert str(refused.value) == (
+        f"The SLURM variable SLURM_PROCID={raw!r} is not a whole number; SLURM sets it to one. Unset it, or run the "
+        f"script under srun."
+    )
 
 
 def test_a_missing_rank_says_srun_did_not_start_the_process(monkeypatch: pytest.MonkeyPatch) -> None:

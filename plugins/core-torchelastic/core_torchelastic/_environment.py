@@ -13,6 +13,7 @@ import os
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
+from core.toolkit import read_whole
 
 MARKER: Final = "TORCHELASTIC_RUN_ID"
 
@@ -29,10 +30,7 @@ def _read_int(name: str) -> int:
             f"{name} is not set, but the 'torchelastic' environment reads it from torchrun. Start the script "
             f"with `torchrun --nproc-per-node N script.py`, or pick another environment."
         )
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(f"The torchrun variable {name}={raw!r} is not a whole number.") from None
+    return read_whole(name, raw, source="torchrun", hint="torchrun sets it to one.")
 
 
 class TorchElasticEnvironment:

@@ -61,10 +61,12 @@ def test_a_missing_variable_says_how_to_start_torchrun(monkeypatch: pytest.Monke
         TorchElasticEnvironment().environment_cluster_info(devices_per_node=2, num_nodes=2)
 
 
-def test_a_non_numeric_rank_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_variables(monkeypatch, {**WORKER, "RANK": "three"})
-    with pytest.raises(ConfigurationError, match=r"RANK='three' is not a whole number"):
+@pytest.mark.parametrize("raw", ["three", "-1", " 2.0"])
+def test_a_non_numeric_rank_names_the_variable(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    set_variables(monkeypatch, {**WORKER, "RANK": raw})
+    with pytest.raises(ConfigurationError) as refused:
         TorchElasticEnvironment().environment_cluster_info(devices_per_node=2, num_nodes=2)
+    assert str(refused.value) == f"The torchrun variable RANK={raw!r} is not a whole number; torchrun sets it to one."
 
 
 @pytest.mark.parametrize(
