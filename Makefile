@@ -4,7 +4,6 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 # Every distribution under plugins/ and contrib/ is installed in editable mode, found by its pyproject.
 DISTS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml))
@@ -14,18 +13,10 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(DISTS)) $(wildcard scripts/system-deps.sh)
-	@if [ -x scripts/system-deps.sh ]; then scripts/system-deps.sh; fi
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	# torch first, from the pin in constraints.txt: an unpinned resolve would pull CUDA wheels.
-	$(PIP) install --quiet -c constraints.txt torch
-	# The editable installs build with the venv's setuptools (the build-system's requirement, installed first):
-	# an isolated build environment per distribution cost about 95 s of the setup for 22 distributions.
-	$(PIP) install --quiet -c constraints.txt 'setuptools>=77'
-	$(PIP) install --quiet --no-build-isolation -c constraints.txt -e '.[test]' $(addprefix -e ,$(DISTS))
-	# Horovod has no wheel for torch 2.x: core-horovod builds its sdist once (C++17) and caches the wheel.
-	if [ -d contrib/core-horovod ]; then $(PY) -m core_horovod.install --if-missing; fi
+$(STAMP): pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(DISTS)) $(wildcard scripts/system-deps.sh) scripts/setup.sh
+	# The venv (torch from the pin in constraints.txt, then core and every distribution in editable mode, then
+	# Horovod), while scripts/system-deps.sh installs the SLURM and MPI packages beside it.
+	scripts/setup.sh $(PYTHON) $(VENV) $(DISTS)
 	touch $(STAMP)
 
 lint: setup

@@ -94,3 +94,28 @@ def test_the_install_cache_is_found_per_python_version(tmp_path: Path, monkeypat
     wheel.write_bytes(b"")
     (tmp_path / f"horovod-{install.VERSION}-cp27-cp27-linux_x86_64.whl").write_bytes(b"")
     assert install.cached_wheel(tmp_path) == wheel
+
+
+def _wrapped(tmp_path: Path, optimization: int, arguments: list[str]) -> list[str]:
+    """The arguments the real compiler gets through the build's wrapper (a script that prints them stands in)."""
+    echo = tmp_path / "echo-arguments"
+    echo.write_text('#!/bin/sh\nfor argument in "$@"; do printf "%s\\n" "$argument"; done\n')
+    wrapper = tmp_path / "cxx"
+    wrapper.write_text(install.compiler_wrapper(str(echo), optimization))
+    for script in (echo, wrapper):
+        script.chmod(0o755)
+    finished = subprocess.run([str(wrapper), *arguments], capture_output=True, text=True, check=True, timeout=30)
+    return finished.stdout.splitlines()
+
+
+def test_the_build_compiles_as_cxx17_at_o1_without_debug_information_unless_asked_for_horovods_flags(
+    tmp_path: Path,
+) -> None:
+    horovods = ["-std=c++14", "-O3", "-g", "-DNAME=a b", "-c", "ops.cc", "-O2"]
+    assert _wrapped(tmp_path, install.DEFAULT_OPTIMIZATION, horovods) == [
+        "-std=c++17", "-O1", "-DNAME=a b", "-c", "ops.cc", "-O1"
+    ]
+    assert _wrapped(tmp_path, 3, horovods) == ["-std=c++17", "-O3", "-g", "-DNAME=a b", "-c", "ops.cc", "-O3"]
+    assert _wrapped(tmp_path, 0, ["-g", "-O3"]) == ["-O0"]
+    with pytest.raises(install.InstallError, match=r"optimization=4: expected 0, 1, 2 or 3"):
+        install.compiler_wrapper("g++", 4)
