@@ -44,6 +44,9 @@ test -x "$venv/bin/python" || "$python" -m venv "$venv"
 "${pip[@]}" install --quiet -c constraints.txt 'setuptools>=77'
 editable=()
 for dist in "$@"; do editable+=(-e "$dist"); done
-"${pip[@]}" install --quiet --no-build-isolation -c constraints.txt -e '.[test]' "${editable[@]}"
+# setuptools prints a 12-line "Editable installation" notice per distribution (21 of them here), which buried
+# the warnings worth reading; only that notice is silenced, by its message.
+PYTHONWARNINGS="ignore:Editable installation" \
+    "${pip[@]}" install --quiet --no-build-isolation -c constraints.txt -e '.[test]' "${editable[@]}"
 # Horovod has no wheel for torch 2.x: core-horovod builds its sdist once (C++17, -O1) and caches the wheel.
 if [ -d contrib/core-horovod ]; then "$venv/bin/python" -m core_horovod.install --if-missing; fi
