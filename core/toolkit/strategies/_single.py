@@ -1,0 +1,104 @@
+"""``SingleDeviceStrategy``: one process, one device; the base of every strategy class in the toolkit.
+
+Its checkpoint and collective hooks are the single-process reference that the process-group strategies
+(:class:`core.toolkit.strategies.ParallelStrategy` and the plugins built on it) extend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+import torch
+
+from core._errors import ConfigurationError
+from core._markers import hookimpl
+
+if TYPE_CHECKING:
+    from core.registry._active import ActiveSet
+
+REDUCE_OPS: Final = ("sum", "mean", "max", "min")
+
+
+def check_reduce_op(reduce_op: str) -> str:
+    """Return ``reduce_op`` lower-cased, or raise naming the four accepted operations."""
+    op = str(reduce_op).lower()
+    if op not in REDUCE_OPS:
+        raise ConfigurationError(f"Unknown reduce_op={reduce_op!r}; expected one of {list(REDUCE_OPS)}.")
+    return op
+
+
+class SingleDeviceStrategy:
+    """Runs the function in this process on the accelerator's device."""
+
+    kind: Final = "strategy"
+    name: ClassVar[str] = "single_device"
+    max_processes: ClassVar[int | None] = 1
+
+    def __init__(self) -> None:
+        self._active: ActiveSet | None = None
+
+    @property
+    def active(self) -> ActiveSet:
+        if self._active is None:
+            raise ConfigurationError(f"The strategy {self.name!r} is used before it was resolved into a run.")
+        return self._active
+
+    @hookimpl
+    def core_attach(self, active: ActiveSet) -> None:
+        self._active = active
+
+    @hookimpl
+    def strategy_launch(self, function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        return function(*args, **kwargs)
+
+    @hookimpl
+    def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module
+
+    @hookimpl
+    def strategy_setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        return optimizer
+
+    @hookimpl
+    def strategy_reduce(self, tensor: torch.Tensor, group: Any | None, reduce_op: str) -> torch.Tensor:
+        check_reduce_op(reduce_op)
+        return tensor
+
+    @hookimpl
+    def strategy_all_gather(self, tensor: torch.Tensor, group: Any | None, sync_grads: bool) -> torch.Tensor:
+        return tensor.unsqueeze(0)
+
+    @hookimpl
+    def strategy_broadcast(self, obj: Any, src: int) -> Any:
+        if src != 0:
+            raise ConfigurationError(f"broadcast(src={src}) names a rank outside a world of size 1.")
+        return obj
+
+    @hookimpl
+    def strategy_barrier(self, name: str | None) -> None:
+        return None
+
+    @hookimpl
+    def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    @hookimpl
+    def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        return None
+
+    @hookimpl
+    def strategy_module_init_context(self, empty_init: bool) -> AbstractContextManager[Any]:
+        # Parameters are created straight on the device; empty_init matters only to sharding strategies.
+        return self.active.device or torch.device("cpu")
+
+    @hookimpl
+    def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
+        if self.active.cluster.is_global_zero:
+            self.active.hook.checkpoint_io_save(checkpoint=state, path=path, storage_options=None)
+        self.active.hook.strategy_barrier(name="save_checkpoint")
+
+    @hookimpl
+    def strategy_load_checkpoint(self, path: str, weights_only: bool) -> dict[str, Any]:
+        return self.active.hook.checkpoint_io_load(path=path, map_location="cpu", weights_only=weights_only)
