@@ -69,7 +69,7 @@ def _main_port(options: argparse.Namespace) -> int:
         return int(options.main_port)
     if options.num_nodes > 1:
         return DEFAULT_MULTI_NODE_PORT
-    from core.builtin.environments import find_free_port
+    from core.toolkit import find_free_port
 
     return find_free_port(options.main_address)
 

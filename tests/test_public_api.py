@@ -64,7 +64,7 @@ def test_a_private_import_fails_lint_imports_naming_the_import_and_its_line(tmp_
     (package / "__init__.py").write_text("from core_careless import _own\n")
     (package / "_own.py").write_text(textwrap.dedent("""\
         import core
-        from core.toolkit import apply_to_tensors
+        from core.toolkit.tensors import apply_to_tensors
         from core._errors import CoreError
         from core_ddp._launchers import failing
         from core.builtin.strategies import SingleDeviceStrategy

@@ -14,53 +14,29 @@ without a teardown still finishes its last write: the writer thread is joined at
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
-import torch
-
 from core._errors import CheckpointError
 from core._markers import hookimpl
-from core.builtin.checkpoint_io import TorchCheckpointIO, atomic_torch_save
+from core.builtin.checkpoint_io import TorchCheckpointIO
+from core.toolkit.checkpoint import atomic_torch_save
+from core.toolkit.tensors import apply_to_tensors
 
-_IMMUTABLE: Final = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.Size)
 
+def snapshot(value: Any) -> Any:
+    """A copy of ``value`` in which every tensor is a private CPU copy, taken synchronously.
 
-def snapshot(value: Any, memo: dict[int, Any] | None = None) -> Any:
-    """A copy of ``value`` that shares no tensor with it: every tensor is copied to the CPU.
-
-    Containers (dicts with their attributes, lists, tuples, named tuples) are rebuilt; a tensor reachable
-    twice is copied once and shared in the copy too, so tied weights stay tied in the file. Other objects
-    (numbers, strings, anything else) are kept by reference: copying an arbitrary object means calling its
-    ``__reduce__``, which may run code, and the state a loop changes in place is its tensors.
+    Containers (dicts with their attributes, lists, tuples, named tuples) are rebuilt by
+    :func:`core.toolkit.tensors.apply_to_tensors`; a tensor reachable twice is copied once and shared in the copy
+    too, so tied weights stay tied in the file. Other objects (numbers, strings, anything else) are kept by
+    reference: copying an arbitrary object means calling its ``__reduce__``, which may run code, and the state a
+    loop changes in place is its tensors.
     """
-    memo = {} if memo is None else memo
-    key = id(value)
-    if key in memo:
-        return memo[key]
-    if isinstance(value, torch.Tensor):
-        copied: Any = value.detach().to("cpu", copy=True)
-    elif isinstance(value, _IMMUTABLE):
-        return value
-    elif isinstance(value, Mapping):
-        items = [(name, snapshot(item, memo)) for name, item in value.items()]
-        copied = type(value)(items) if isinstance(value, dict) else dict(items)
-        # A module's state dict carries its version numbers in ``_metadata``, an attribute of the dict.
-        attributes = getattr(value, "__dict__", None)
-        if attributes:
-            copied.__dict__.update(copy.deepcopy(attributes))  # plain data: {"": {"version": 1}, ...}
-    elif isinstance(value, tuple) and hasattr(value, "_fields"):
-        copied = type(value)(*(snapshot(item, memo) for item in value))
-    elif isinstance(value, (list, tuple)):
-        copied = type(value)(snapshot(item, memo) for item in value)
-    else:
-        return value
-    memo[key] = copied
-    return copied
+    return apply_to_tensors(value, lambda tensor: tensor.detach().to("cpu", copy=True))
 
 
 class AsyncCheckpointIO(TorchCheckpointIO):

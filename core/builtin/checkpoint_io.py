@@ -5,29 +5,25 @@ over the target with ``os.replace``, which is atomic on POSIX: a process killed 
 previous checkpoint intact and at worst a stray ``.*.tmp`` file, never a truncated checkpoint.
 
 A path with a protocol (``memory://``, ``file://``, ``s3://``: whatever ``fsspec`` implementation is
-installed) goes through ``fsspec``; see :mod:`core.toolkit._storage` for what atomic means there. Options for the
+installed) goes through ``fsspec``; see :func:`core.toolkit.atomic_write` for what atomic means there. Options for the
 filesystem (credentials, endpoints) are given once, ``TorchCheckpointIO(storage_options={...})``, or per
 save through the hook's ``storage_options``.
 """
 
 from __future__ import annotations
 
-import io
-import os
-import pickle
-from typing import IO, Any, Final
+from typing import Any, Final
 
-import torch
-
-from core._errors import CheckpointError, ConfigurationError
+from core._errors import ConfigurationError
 from core._markers import hookimpl
-from core.toolkit import _storage
+from core.toolkit import local_path, remove_path
+from core.toolkit.checkpoint import atomic_torch_save, safe_torch_load
 
 
 def _check_options(path: str, storage_options: Any | None, owner: str) -> dict[str, Any] | None:
     if storage_options is None:
         return None
-    if _storage.local_path(path) is not None:
+    if local_path(path) is not None:
         raise ConfigurationError(
             f"The {owner!r} checkpoint_io takes no storage_options, got {storage_options!r}, for the local path "
             f"{path!r}: storage_options are fsspec filesystem options for URLs such as 's3://bucket/ckpt.pt'. "
@@ -38,105 +34,6 @@ def _check_options(path: str, storage_options: Any | None, owner: str) -> dict[s
             f"storage_options={storage_options!r} for {path!r}: expected a dict of fsspec filesystem options."
         )
     return storage_options
-
-
-def atomic_torch_save(
-    checkpoint: Any, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
-) -> None:
-    """``torch.save`` to ``path`` (a local path or an fsspec URL) so readers see the old or the whole new file."""
-
-    def write(handle: IO[bytes]) -> None:
-        torch.save(checkpoint, handle)
-
-    _storage.atomic_write(os.fspath(path), write, storage_options)
-
-
-def _refused(where: str, error: pickle.UnpicklingError) -> CheckpointError:
-    first_line = str(error).strip().splitlines()[-1] if str(error).strip() else ""
-    return CheckpointError(
-        f"Refused to load {where!r}: it holds objects other than tensors and plain containers, "
-        f"and loading them would run code from the file ({first_line}). Nothing from it was executed. "
-        f"If you trust the file, load it with weights_only=False."
-    )
-
-
-# What torch.save writes: a zip archive (since torch 1.6), or the legacy format (a pickle of the magic number).
-_ZIP_MAGIC: Final = b"PK\x03\x04"
-_LEGACY_MAGIC: Final = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
-# torch's weights_only unpickler says these when the file asks for code, not when its bytes are damaged.
-_CODE_REQUESTS: Final = ("Unsupported global", "GLOBAL", "was not an allowed global", "Unsupported class")
-
-
-def _not_a_checkpoint(source: IO[bytes] | str, where: str) -> CheckpointError | None:
-    """An error when the file does not start like anything ``torch.save`` writes, else None."""
-    if isinstance(source, str):
-        with open(source, "rb") as handle:
-            head = handle.read(len(_LEGACY_MAGIC))
-    else:
-        position = source.tell()
-        head = source.read(len(_LEGACY_MAGIC))
-        source.seek(position)
-    if head.startswith(_ZIP_MAGIC) or head.startswith(_LEGACY_MAGIC):
-        return None
-    shown = head[:8].hex(" ") if head else "nothing: the file is empty"
-    return CheckpointError(
-        f"{where!r} is not a checkpoint: torch.save writes a zip archive (or its legacy format), and this file "
-        f"starts with {shown}. Check the path; a checkpoint written by every rank of a sharded run is a directory, "
-        f"read with the 'distributed' checkpoint_io (pip install core-dcp)."
-    )
-
-
-def torch_load_from(source: IO[bytes] | str, where: str, map_location: Any, weights_only: bool) -> Any:
-    """``torch.load`` from a file or a local path, failures turned into :class:`CheckpointError` naming ``where``.
-
-    A file that does not start like a ``torch.save`` file is reported as not a checkpoint; a damaged one as
-    corrupt or truncated; one that asks to run code (with ``weights_only``) as refused.
-    """
-    foreign = _not_a_checkpoint(source, where)
-    if foreign is not None:
-        raise foreign
-    try:
-        return torch.load(source, map_location=map_location, weights_only=weights_only)
-    except pickle.UnpicklingError as error:
-        if weights_only and any(marker in str(error) for marker in _CODE_REQUESTS):
-            raise _refused(where, error) from None
-        raise CheckpointError(f"The checkpoint {where!r} is corrupt or truncated: {_first_line(error)}") from error
-    except Exception as error:  # zip, storage and decoding errors of a damaged file all mean the same to a user
-        raise CheckpointError(
-            f"The checkpoint {where!r} is corrupt or truncated ({type(error).__name__}: {_first_line(error)})"
-        ) from error
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line for line in str(error).strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
-
-
-def safe_torch_load(
-    path: str | os.PathLike[str],
-    map_location: Any,
-    weights_only: bool,
-    storage_options: dict[str, Any] | None = None,
-) -> Any:
-    """``torch.load`` whose failures are :class:`CheckpointError` naming the file and the way out."""
-    where = os.fspath(path)
-    local = _storage.local_path(where)
-    if local is not None:
-        if local.is_dir():
-            raise CheckpointError(
-                f"{where!r} is a directory, not a checkpoint file. A sharded checkpoint written by every rank is "
-                f"read with the 'distributed' checkpoint_io: plugins=['distributed'] (pip install core-dcp)."
-            )
-        if not local.is_file():
-            raise CheckpointError(f"No checkpoint at {where!r}: the file does not exist.")
-        return torch_load_from(str(local), where, map_location, weights_only)
-    try:
-        with _storage.open_for_reading(where, storage_options) as handle:
-            # Read whole: torch.load seeks, which is slow or unsupported on some remote streams.
-            content = io.BytesIO(handle.read())
-    except FileNotFoundError:
-        raise CheckpointError(f"No checkpoint at {where!r}: the file does not exist.") from None
-    return torch_load_from(content, where, map_location, weights_only)
 
 
 class TorchCheckpointIO:
@@ -155,7 +52,7 @@ class TorchCheckpointIO:
         given = _check_options(path, storage_options, self.name)
         if given is not None:
             return given
-        return None if _storage.local_path(path) is not None else self.storage_options
+        return None if local_path(path) is not None else self.storage_options
 
     @hookimpl
     def checkpoint_io_save(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
@@ -167,4 +64,4 @@ class TorchCheckpointIO:
 
     @hookimpl
     def checkpoint_io_remove(self, path: str) -> None:
-        _storage.remove(path, self._options(path, None))
+        remove_path(path, self._options(path, None))

@@ -8,45 +8,13 @@ a free one is picked once and exported so that processes started from this one a
 from __future__ import annotations
 
 import os
-import socket
 from typing import Final
 
 from core._checks import read_whole
 from core._errors import ConfigurationError
 from core._markers import hookimpl
 from core._records import ClusterInfo
-
-
-def find_free_port(address: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``address`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((address, 0))
-        return int(probe.getsockname()[1])
-
-
-class ExportedVariables:
-    """Environment variables an environment plugin sets for libraries that read them (``init_method="env://"``),
-    restored to their previous values (or removed) by :meth:`restore`, which teardown calls.
-
-    A public helper for environment plugins: ``self.exported = ExportedVariables()``, then
-    ``self.exported.set("MASTER_ADDR", address)`` and ``self.exported.restore()`` in ``environment_teardown``.
-    """
-
-    def __init__(self) -> None:
-        self._previous: dict[str, str | None] = {}
-
-    def set(self, name: str, value: str) -> None:
-        if name not in self._previous:
-            self._previous[name] = os.environ.get(name)
-        os.environ[name] = value
-
-    def restore(self) -> None:
-        for name, previous in self._previous.items():
-            if previous is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = previous
-        self._previous.clear()
+from core.toolkit import ExportedVariables, find_free_port
 
 
 def _int_variable(name: str, default: int) -> int:

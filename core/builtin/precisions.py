@@ -15,7 +15,7 @@ from typing import Any, Final
 import torch
 
 from core._markers import hookimpl
-from core.toolkit._collections import apply_to_tensors
+from core.toolkit.tensors import apply_to_tensors
 
 
 @contextmanager

@@ -37,7 +37,7 @@ from core.lite._wrappers import LiteDataLoader, LiteModule, LiteOptimizer, wrap_
 from core.registry._active import ActiveSet
 from core.registry._resolver import resolve
 from core.toolkit._checkpoint_state import PRECISION_KEY, Filter, is_stateful, restore, to_checkpoint
-from core.toolkit._collections import apply_to_tensors
+from core.toolkit.tensors import apply_to_tensors
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh

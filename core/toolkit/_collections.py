@@ -1,7 +1,13 @@
-"""Applying a function to every tensor of a nested batch (dicts, lists, tuples, named tuples)."""
+"""The one walker over nested tensors: batches, state dicts, checkpoints (dicts, lists, tuples, named tuples).
+
+Every place that maps the tensors of a nested value goes through :func:`apply_to_tensors`, so that what a
+container carries besides its items survives the trip: a module's ``state_dict()`` is an ``OrderedDict``
+whose ``_metadata`` attribute holds the modules' version numbers, which ``load_state_dict`` reads.
+"""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -9,13 +15,30 @@ import torch
 
 
 def apply_to_tensors(data: Any, function: Callable[[torch.Tensor], Any]) -> Any:
-    """Return ``data`` with every tensor replaced by ``function(tensor)``; other leaves are kept."""
+    """Return ``data`` with every tensor replaced by ``function(tensor)``; other leaves are kept as they are.
+
+    Containers are rebuilt with their own type: mappings (with a copy of their attributes, such as a state
+    dict's ``_metadata``), lists, tuples and named tuples. A tensor reachable twice (tied weights) is mapped
+    once and its result shared, so what was tied stays tied.
+    """
+    return _walk(data, function, {})
+
+
+def _walk(data: Any, function: Callable[[torch.Tensor], Any], mapped: dict[int, Any]) -> Any:
     if isinstance(data, torch.Tensor):
-        return function(data)
+        key = id(data)
+        if key not in mapped:
+            mapped[key] = (data, function(data))  # the tensor is kept alive, so its id is not reused
+        return mapped[key][1]
     if isinstance(data, Mapping):
-        return type(data)({key: apply_to_tensors(value, function) for key, value in data.items()})  # type: ignore[call-arg]
+        items = [(name, _walk(value, function, mapped)) for name, value in data.items()]
+        rebuilt = type(data)(items) if isinstance(data, dict) else dict(items)
+        attributes = getattr(data, "__dict__", None)
+        if attributes:
+            rebuilt.__dict__.update(copy.deepcopy(attributes))
+        return rebuilt
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # a named tuple
-        return type(data)(*(apply_to_tensors(value, function) for value in data))
+        return type(data)(*(_walk(value, function, mapped) for value in data))
     if isinstance(data, (list, tuple)):
-        return type(data)(apply_to_tensors(value, function) for value in data)
+        return type(data)(_walk(value, function, mapped) for value in data)
     return data

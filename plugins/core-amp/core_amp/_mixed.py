@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from core import CheckpointError, ConfigurationError, CoreDeprecationWarning, Supports, hookimpl
-from core.toolkit import apply_to_tensors
+from core.toolkit.tensors import apply_to_tensors
 
 if TYPE_CHECKING:
     from core import ActiveSet

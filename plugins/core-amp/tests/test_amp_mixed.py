@@ -273,7 +273,7 @@ def test_canonical_spellings_do_not_warn(recwarn: pytest.WarningsRecorder) -> No
 
 def _strategy_named(name: str) -> object:
     """A strategy object passed in code, so the refusal below comes from core-amp's declaration alone."""
-    from core.toolkit import SingleDeviceStrategy
+    from core.toolkit.strategies import SingleDeviceStrategy
 
     strategy = SingleDeviceStrategy()
     strategy.name = name  # type: ignore[misc]

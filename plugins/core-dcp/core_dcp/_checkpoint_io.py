@@ -35,9 +35,11 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from core import CheckpointError, ConfigurationError, CoreError, hookimpl
-from core.toolkit import local_path, safe_torch_load
+from core.toolkit import local_path
+from core.toolkit.checkpoint import safe_torch_load
+from core.toolkit.tensors import apply_to_tensors
 
-from ._layout import holds_dtensors, join, map_tensors, split
+from ._layout import holds_dtensors, join, split
 from ._safe import METADATA_FILE, FullReadPlanner, SafeReader
 
 if TYPE_CHECKING:
@@ -204,7 +206,7 @@ class DistributedCheckpointIO:
         device = torch.device(map_location)
         if device.type == "cpu":
             return checkpoint
-        result: dict[str, Any] = map_tensors(checkpoint, lambda tensor: tensor.to(device))
+        result: dict[str, Any] = apply_to_tensors(checkpoint, lambda tensor: tensor.to(device))
         return result
 
     @hookimpl

@@ -14,7 +14,7 @@ Loading reads the tensors and puts them back into the skeleton.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import torch
@@ -89,19 +89,6 @@ def join(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"The distributed checkpoint {where!r} holds a {type(checkpoint).__name__}, not a dict.")
     return checkpoint
-
-
-def map_tensors(value: Any, function: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """``value`` with ``function`` applied to every tensor, containers rebuilt."""
-    if isinstance(value, torch.Tensor):
-        return function(value)
-    if isinstance(value, Mapping):
-        return _rebuild_mapping(value, [(name, map_tensors(item, function)) for name, item in value.items()])
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(map_tensors(item, function) for item in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(map_tensors(item, function) for item in value)
-    return value
 
 
 def holds_dtensors(value: Any) -> bool:

@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
 
 from core import CheckpointError
-from core.toolkit import torch_load_from
+from core.toolkit.checkpoint import torch_load_from
 
 METADATA_FILE: Final = ".metadata"
 _DCP_MODULES: Final = ("torch.distributed.checkpoint.",)

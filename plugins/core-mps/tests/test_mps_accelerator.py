@@ -79,7 +79,7 @@ def test_on_a_mac_auto_picks_mps_and_64_true_is_refused(apple_silicon: None) -> 
 
 
 def test_on_a_mac_only_single_device_strategies_are_accepted(apple_silicon: None) -> None:
-    from core.toolkit import SingleDeviceStrategy
+    from core.toolkit.strategies import SingleDeviceStrategy
 
     class DDPLike(SingleDeviceStrategy):
         name = "ddp_spawn"

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from core.toolkit import apply_to_tensors
+from core.toolkit.tensors import apply_to_tensors
 
 from ._runtime import xla
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import torch
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit import SingleDeviceStrategy, apply_to_tensors, check_reduce_op
+from core.toolkit.strategies import SingleDeviceStrategy, check_reduce_op
+from core.toolkit.tensors import apply_to_tensors
 
 from . import _launcher
 from ._runtime import xla

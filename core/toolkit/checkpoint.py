@@ -1,0 +1,25 @@
+"""Checkpoint state and single checkpoint files, for strategies and checkpoint_io plugins (imports torch).
+
+:func:`to_checkpoint` and :func:`restore_state` convert between a ``Lite.save`` state (modules, optimizers,
+plain values) and what is written, as the built-in strategies do; :func:`is_stateful` tells whether an object
+has ``state_dict`` / ``load_state_dict``; :data:`PRECISION_KEY` is where the precision plugin's own state is kept.
+
+:func:`atomic_torch_save` writes ``torch.save`` through a temporary file, fsync and rename (local paths) or a
+single upload (fsspec URLs), so a reader never sees half a checkpoint; :func:`safe_torch_load` and
+:func:`torch_load_from` load with ``weights_only`` and turn torch's unpickling errors into
+:class:`core.CheckpointError` naming the file and the way out.
+"""
+
+from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, to_checkpoint
+from core.toolkit._checkpoint_state import restore as restore_state
+from core.toolkit._torch_files import atomic_torch_save, safe_torch_load, torch_load_from
+
+__all__ = [
+    "PRECISION_KEY",
+    "atomic_torch_save",
+    "is_stateful",
+    "restore_state",
+    "safe_torch_load",
+    "to_checkpoint",
+    "torch_load_from",
+]
