@@ -24,7 +24,7 @@ from torch.optim.swa_utils import SWALR, AveragedModel
 from core._checks import is_whole
 from core._errors import ConfigurationError, CoreWarning
 from core.callbacks._callback import Callback
-from core.toolkit import StatefulList
+from core.module import StatefulList
 
 if TYPE_CHECKING:
     from core.module import Module

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from core._errors import CheckpointError, ConfigurationError, CoreError, CoreWarning
+from core.module._trainer_objects import StatefulList, StepModule
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
     from core.trainer import Trainer
 
-__all__ = ["AttributeDict", "DataModule", "Module"]
+__all__ = ["AttributeDict", "DataModule", "Module", "StatefulList", "StepModule"]
 
 Stage = Literal["fit", "validate", "test", "predict"]
 

@@ -23,7 +23,7 @@ import attrs
 import torch
 
 from core._errors import CheckpointError, ConfigurationError
-from core.toolkit._trainer_objects import StatefulList
+from core.module import StatefulList
 
 if TYPE_CHECKING:
     from core.lite import Lite

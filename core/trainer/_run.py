@@ -20,8 +20,8 @@ import torch
 from core._errors import ConfigurationError, CoreWarning
 from core.callbacks import EarlyStopping, ModelCheckpoint
 from core.callbacks._callback import Callback, CallbackHooks
+from core.module import StepModule
 from core.module._optimizers import parse_optimizers
-from core.toolkit._trainer_objects import StepModule
 from core.trainer._checkpoint import FitProgress, find_last, restore_checkpoint_state
 from core.trainer._config import check_sync_batchnorm
 from core.trainer._data import find_loaders, prepare_eval_loader, prepare_train_loader

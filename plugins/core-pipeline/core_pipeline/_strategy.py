@@ -38,10 +38,9 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from core import ActiveSet, CheckpointError, ConfigurationError, Supports, hookimpl
 from core.lite import LiteOptimizer
+from core.module import StatefulList, StepModule
 from core.toolkit import (
     PRECISION_KEY,
-    StatefulList,
-    StepModule,
     is_stateful,
     is_whole,
     restore_state,

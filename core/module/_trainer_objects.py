@@ -1,4 +1,4 @@
-"""The two objects the Trainer hands to a strategy, public so that a strategy can recognise them.
+"""The two objects the Trainer hands to a strategy, public (``core.module``) so that a strategy can recognise them.
 
 ``Trainer`` sets its Module up as a :class:`StepModule` (``Lite.setup(StepModule(module), *optimizers)``), and
 saves its optimizers and schedulers as :class:`StatefulList` entries of a checkpoint (``"optimizer_states"``,
