@@ -83,6 +83,7 @@ bench-peers:
 
 docs: setup
 	$(PY) scripts/gen_hooks_doc.py
+	$(PY) scripts/gen_trainer_flags_doc.py
 	@if [ -f scripts/gen_compatibility.py ]; then $(PY) scripts/gen_compatibility.py; fi
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 

@@ -112,9 +112,11 @@ def as_loader_list(found: Any, where: str) -> list[DataLoader[Any]]:
     return loaders
 
 
-def find_loaders(kind: str, given: Any, datamodule: DataModule | None, module: Module) -> list[DataLoader[Any]]:
-    """The loaders of ``kind`` ("train", "val", ...): the given ones, else the DataModule's, else the Module's."""
-    method = f"{kind}_dataloader"
+def find_loaders(
+    kind: str, method: str, given: Any, datamodule: DataModule | None, module: Module
+) -> list[DataLoader[Any]]:
+    """The loaders of ``kind`` ("train", "val", ...): the given ones, else those of the DataModule's ``method``
+    (``"train_dataloader"``, ...), else the Module's."""
     if given is not None:
         return as_loader_list(given, f"the {kind} dataloaders argument")
     if datamodule is not None:

@@ -18,13 +18,10 @@ import torch
 
 from core.trainer._data import PreparedLoader, batch_transfer, copied_arguments, overrides
 from core.trainer._logging import EPOCH, EVAL_BATCH, MetricStore
+from core.trainer._stages import PREDICT, TEST, VALIDATION, EvalLoop
 
 if TYPE_CHECKING:
     from core.trainer import Trainer
-
-_STEP_METHODS = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
-_SHORT = {"validation": "val", "test": "test", "predict": "predict"}  # in the profiler's action names
-
 
 def batches(prepared: PreparedLoader, limit: float) -> Iterator[tuple[int, Any]]:
     """``(index, batch)`` pairs of the loader, at most ``limit`` of them, without fetching one more."""
@@ -49,12 +46,12 @@ def eval_mode(module: torch.nn.Module) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def model_mode(module: Any, step_module: torch.nn.Module, kind: str) -> Iterator[None]:
-    """Eval mode for a loop of ``kind``: the Module's ``on_<kind>_model_eval`` / ``_train`` when it overrides
-    them (Lightning calls them only then), else :func:`eval_mode`."""
-    eval_hook, train_hook = f"on_{kind}_model_eval", f"on_{kind}_model_train"
+def model_mode(module: Any, step_module: torch.nn.Module, loop: EvalLoop) -> Iterator[None]:
+    """Eval mode for ``loop``: the Module's ``on_<loop>_model_eval`` / ``_train`` when it overrides them
+    (Lightning calls them only then), else :func:`eval_mode`."""
+    eval_hook, train_hook = loop.model_eval, loop.model_train
     custom_eval = overrides(module, eval_hook)
-    custom_train = kind != "predict" and overrides(module, train_hook)
+    custom_train = train_hook is not None and overrides(module, train_hook)
     if not custom_eval and not custom_train:
         with eval_mode(step_module):
             yield
@@ -67,7 +64,7 @@ def model_mode(module: Any, step_module: torch.nn.Module, kind: str) -> Iterator
     try:
         yield
     finally:
-        if custom_train:
+        if custom_train and train_hook is not None:
             getattr(module, train_hook)()
         else:
             for submodule, training in modes:
@@ -85,31 +82,29 @@ def new_store(trainer: Trainer) -> MetricStore:
 
 
 def _run_batches(
-    trainer: Trainer, kind: str, loaders: Sequence[PreparedLoader], store: MetricStore, max_batches: float | None,
-    outputs: list[list[Any]] | None,
+    trainer: Trainer, loop: EvalLoop, loaders: Sequence[PreparedLoader], store: MetricStore,
+    max_batches: float | None, outputs: list[list[Any]] | None,
 ) -> None:
-    """Every batch of every loader through ``<kind>_step`` and its hooks; fillers' outputs are dropped."""
+    """Every batch of every loader through the loop's step and its hooks; fillers' outputs are dropped."""
     module, hooks = trainer.module, trainer.run_state.hooks
     assert module is not None
     transfer = batch_transfer(trainer.lite, module, trainer.datamodule)
     step_module = trainer.run_state.step_module
-    start_hooks, end_hooks = hooks[f"on_{kind}_batch_start"], hooks[f"on_{kind}_batch_end"]
-    module_start, module_end = getattr(module, f"on_{kind}_batch_start"), getattr(module, f"on_{kind}_batch_end")
+    start_hooks, end_hooks = hooks[loop.batch_start], hooks[loop.batch_end]
+    module_start, module_end = getattr(module, loop.batch_start), getattr(module, loop.batch_end)
     several = len(loaders) > 1
     profiler = trainer.active_profiler
     if profiler is not None:  # Lightning's action names
-        step_module = profiler.wrap(f"[Strategy]{type(trainer.lite.strategy).__name__}.{_STEP_METHODS[kind]}",
-                                    step_module)
-    next_action = f"[_{'Prediction' if kind == 'predict' else 'Evaluation'}Loop].{_SHORT[kind]}_next"
+        step_module = profiler.wrap(f"[Strategy]{type(trainer.lite.strategy).__name__}.{loop.step}", step_module)
     for loader_index, prepared in enumerate(loaders):
         store.enter(EVAL_BATCH, loader_index if several else None)
         extra = (loader_index,) if several else ()
         limit = prepared.batches if max_batches is None else min(prepared.batches, max_batches)
         kept: list[Any] = []
-        recorder = trainer.run_state.predict_recorders[loader_index] if kind == "predict" else None
+        recorder = trainer.run_state.predict_recorders[loader_index] if loop is PREDICT else None
         numbered = batches(prepared, limit)
         if profiler is not None:
-            numbered = profiler.wrap_iterator(next_action, numbered)
+            numbered = profiler.wrap_iterator(loop.profiled_next, numbered)
         for batch_index, raw_batch in numbered:
             store.new_batch(raw_batch)
             store.filler = batch_index >= prepared.real_batches
@@ -134,10 +129,10 @@ def _run_batches(
 
 
 def run_loop(
-    trainer: Trainer, kind: str, loaders: Sequence[PreparedLoader], max_batches: float | None = None,
+    trainer: Trainer, loop: EvalLoop, loaders: Sequence[PreparedLoader], max_batches: float | None = None,
     record: bool = True, outputs: list[list[Any]] | None = None,
 ) -> dict[str, float]:
-    """One pass of the ``kind`` loop ("validation", "test" or "predict"); returns its epoch values.
+    """One pass of ``loop`` (validation, test or predict); returns its epoch values.
 
     :param record: Put the epoch values into ``callback_metrics`` and the loggers (not for the sanity check).
     """
@@ -148,23 +143,23 @@ def run_loop(
     dispatcher = step_module.module  # the StepModule inside the strategy's wrapper
     previous_step = dispatcher.__dict__["step"]
     trainer.run_state.metrics = store
-    dispatcher.use(getattr(module, _STEP_METHODS[kind]))
+    dispatcher.use(getattr(module, loop.step))
     try:
-        with model_mode(module, step_module, kind), _no_grad(trainer):
+        with model_mode(module, step_module, loop), _no_grad(trainer):
             store.enter(EPOCH)
-            hooks.call(f"on_{kind}_start", trainer, module)
-            getattr(module, f"on_{kind}_start")()
-            hooks.call(f"on_{kind}_epoch_start", trainer, module)
-            getattr(module, f"on_{kind}_epoch_start")()
-            _run_batches(trainer, kind, loaders, store, max_batches, outputs)
+            hooks.call(loop.start, trainer, module)
+            getattr(module, loop.start)()
+            hooks.call(loop.epoch_start, trainer, module)
+            getattr(module, loop.epoch_start)()
+            _run_batches(trainer, loop, loaders, store, max_batches, outputs)
             store.enter(EPOCH)
-            getattr(module, f"on_{kind}_epoch_end")()
-            hooks.call(f"on_{kind}_epoch_end", trainer, module)
+            getattr(module, loop.epoch_end)()
+            hooks.call(loop.epoch_end, trainer, module)
             values = store.compute_epoch()
             if record:
                 trainer.record_epoch_values(values, store, log=True)
-            getattr(module, f"on_{kind}_end")()
-            hooks.call(f"on_{kind}_end", trainer, module)
+            getattr(module, loop.end)()
+            hooks.call(loop.end, trainer, module)
     finally:
         store.reset_metrics()  # torchmetrics objects start the next run empty (the sanity check's too)
         dispatcher.use(previous_step)
@@ -177,14 +172,14 @@ def validate_in_fit(trainer: Trainer, loaders: Sequence[PreparedLoader], sanity:
     if not loaders:
         return
     if not sanity:
-        run_loop(trainer, "validation", loaders)
+        run_loop(trainer, VALIDATION, loaders)
         return
     steps = trainer.num_sanity_val_steps
     module = trainer.attached_module()
     trainer.sanity_checking = True
     try:
         trainer.run_state.hooks.call("on_sanity_check_start", trainer, module)
-        run_loop(trainer, "validation", loaders, max_batches=math.inf if steps == -1 else steps, record=False)
+        run_loop(trainer, VALIDATION, loaders, max_batches=math.inf if steps == -1 else steps, record=False)
         trainer.run_state.hooks.call("on_sanity_check_end", trainer, module)
     finally:
         trainer.sanity_checking = False
@@ -207,8 +202,7 @@ def _per_loader(values: dict[str, float], count: int) -> list[dict[str, float]]:
 
 def run_evaluation(trainer: Trainer, stage: str, loaders: Sequence[PreparedLoader]) -> list[dict[str, float]]:
     """``Trainer.validate`` / ``Trainer.test``: one pass, one dict of epoch values per loader."""
-    kind = "validation" if stage == "validate" else "test"
-    values = run_loop(trainer, kind, loaders)
+    values = run_loop(trainer, VALIDATION if stage == "validate" else TEST, loaders)
     return _per_loader(values, len(loaders))
 
 
@@ -255,7 +249,7 @@ def run_predict(trainer: Trainer, loaders: Sequence[PreparedLoader]) -> Any:
     outputs: list[list[Any]] = []
     state.predictions = outputs
     try:
-        run_loop(trainer, "predict", [prepared for prepared, _ in recorded], record=False, outputs=outputs)
+        run_loop(trainer, PREDICT, [prepared for prepared, _ in recorded], record=False, outputs=outputs)
     finally:
         state.predict_recorders = []
     return outputs[0] if len(outputs) == 1 else outputs

@@ -26,6 +26,7 @@ from core.trainer._checkpoint import FitProgress, find_last, restore_checkpoint_
 from core.trainer._config import check_sync_batchnorm
 from core.trainer._data import find_loaders, prepare_eval_loader, prepare_train_loader
 from core.trainer._logging import MetricStore
+from core.trainer._stages import EVAL_LOOP_OF_STAGE
 
 if TYPE_CHECKING:
     from core.lite import Lite
@@ -232,7 +233,7 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
     assert module is not None  # attached before
     prepared: dict[str, Any] = {}
     if stage == "fit":
-        found = find_loaders("train", loaders.get("train"), datamodule, module)
+        found = find_loaders("train", "train_dataloader", loaders.get("train"), datamodule, module)
         if len(found) != 1:
             raise ConfigurationError(
                 f"fit() needs exactly one training DataLoader (from train_dataloaders=, the DataModule's or the "
@@ -242,17 +243,17 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
                                                  overfit=bool(trainer.config.overfit_batches),
                                                  use_distributed_sampler=trainer.config.use_distributed_sampler)
         trainer.num_training_batches = prepared["train"].batches
-    kinds = {"fit": "val", "validate": "val", "test": "test", "predict": "predict"}
-    kind = kinds[stage]
-    limit = getattr(trainer, f"limit_{kind}_batches")
-    found = find_loaders(kind, loaders.get(kind), datamodule, module)
+    loop = EVAL_LOOP_OF_STAGE[stage]
+    limit = getattr(trainer.config, loop.limit_flag)
+    found = find_loaders(loop.data, loop.dataloader, loaders.get(loop.data), datamodule, module)
     if not found and stage != "fit":
         raise ConfigurationError(
-            f"{stage}() found no {kind} data: pass dataloaders=, or give the DataModule / Module a {kind}_dataloader()."
+            f"{stage}() found no {loop.data} data: pass dataloaders=, or give the DataModule / Module a "
+            f"{loop.dataloader}()."
         )
-    prepared[kind] = [prepare_eval_loader(lite, loader, limit, f"limit_{kind}_batches",
-                                          trainer.config.use_distributed_sampler) for loader in found]
-    setattr(trainer, f"num_{kind}_batches", [loader.batches for loader in prepared[kind]])
+    prepared[loop.data] = [prepare_eval_loader(lite, loader, limit, loop.limit_flag,
+                                               trainer.config.use_distributed_sampler) for loader in found]
+    setattr(trainer, loop.batch_counts, [loader.batches for loader in prepared[loop.data]])
     return prepared
 
 

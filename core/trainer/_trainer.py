@@ -33,8 +33,10 @@ from core.module import DataModule, Module
 from core.module._optimizers import SchedulerConfig
 from core.profilers import PassThroughProfiler, Profiler, profiler_from
 from core.trainer._checkpoint import check_ckpt_path, saved_checkpoint_state
-from core.trainer._config import CLIP_ALGORITHMS, TrainerConfig, check_sync_batchnorm
+from core.trainer._config import TrainerConfig, check_sync_batchnorm
+from core.trainer._flags import CLIP_ALGORITHMS, FLAGS, barebones_conflicts, flags_of
 from core.trainer._logging import MetricStore
+from core.trainer._stages import EVAL_LOOP_OF_STAGE
 from core.trainer._state import RunState
 
 __all__ = ["Trainer"]
@@ -45,9 +47,8 @@ def _callback_list(callbacks: object) -> list[Any]:
     return [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])  # type: ignore[call-overload]
 
 
-def _check_barebones(**flags: object) -> None:
+def _refuse_barebones_conflicts(asked: list[str]) -> None:
     # Lightning's rule: in barebones mode the features that cost speed are off, and asking for one is an error.
-    asked = [f"{name}={value!r}" for name, value in flags.items() if value not in (None, False)]
     if asked:
         raise ConfigurationError(
             f"Trainer(barebones=True, {', '.join(asked)}): barebones mode turns off logging, checkpointing, the "
@@ -72,63 +73,8 @@ def _as_loggers(logger: object, root: str) -> list[Logger]:
 class Trainer:
     """Train, validate, test and predict with a :class:`core.Module`, on any installed hardware plugins.
 
-    :param accelerator: As for :class:`core.Lite`.
-    :param strategy: As for :class:`core.Lite`.
-    :param devices: As for :class:`core.Lite`.
-    :param num_nodes: As for :class:`core.Lite`.
-    :param precision: As for :class:`core.Lite`.
-    :param plugins: As for :class:`core.Lite`.
-    :param logger: ``True`` (a :class:`~core.loggers.CSVLogger` in ``default_root_dir``), ``False``, a logger
-        or a list of loggers.
-    :param callbacks: A callback or a list of them.
-    :param default_root_dir: Where logs and checkpoints go by default; the working directory if ``None``.
-    :param enable_checkpointing: Add a default :class:`~core.callbacks.ModelCheckpoint` (the latest epoch in
-        ``<default_root_dir>/checkpoints``) unless one is given.
-    :param enable_progress_bar: Add a default :class:`~core.callbacks.ProgressBar` unless one is given.
-    :param max_epochs: Stop after this many epochs; ``None`` with ``max_steps=-1`` means 1000; ``-1`` never.
-    :param min_epochs: Run at least this many epochs, even if a callback asks to stop.
-    :param max_steps: Stop after this many optimizer steps (``-1``: no limit).
-    :param min_steps: Take at least this many optimizer steps, even if a callback asks to stop.
-    :param val_check_interval: Validate after each fraction of the training epoch (float; ``1.0``: at its
-        end) or every N training batches (int).
-    :param check_val_every_n_epoch: Validate in every N-th epoch; ``None`` with an int ``val_check_interval``
-        counts batches across epochs.
-    :param limit_train_batches: Use only this many training batches per epoch (int) or this fraction (float).
-    :param limit_val_batches: The same for each validation loader.
-    :param limit_test_batches: The same for each test loader.
-    :param limit_predict_batches: The same for each predict loader.
-    :param num_sanity_val_steps: Validation batches per loader run before training to catch bugs early
-        (``-1``: all); their metrics are discarded.
-    :param accumulate_grad_batches: Add up the gradients of this many batches before each optimizer step
-        (the processes synchronise gradients on the last one only).
-    :param gradient_clip_val: Clip gradients to this norm or value before each optimizer step.
-    :param gradient_clip_algorithm: ``"norm"`` (default) or ``"value"``.
-    :param log_every_n_steps: Send step metrics to the loggers every N optimizer steps.
-    :param deterministic: Make torch use deterministic algorithms.
-    :param inference_mode: Evaluate under ``torch.inference_mode`` (``False``: ``torch.no_grad``).
-    :param fast_dev_run: ``True`` (1) or ``n``: run ``n`` batches of training, validation and testing to catch
-        bugs, once: ``max_steps=n``, one epoch, no sanity check, no loggers, no checkpoints, nothing written.
-    :param max_time: Stop training once this much time is used (``"DD:HH:MM:SS"``, a ``timedelta`` or a dict
-        like ``{"hours": 12}``), at a step boundary; a :class:`~core.callbacks.Timer` does it.
-    :param enable_model_summary: Add a :class:`~core.callbacks.ModelSummary` (printed when fit starts) unless one
-        is given; ``None`` means ``True`` (``False`` under ``barebones``).
-    :param overfit_batches: Train and validate on only this many batches (int) or this fraction (float) of each
-        loader, the same ones every epoch (the training loader's shuffling is turned off); replaces
-        ``limit_train_batches`` and ``limit_val_batches``. ``0``: off.
-    :param benchmark: Set ``torch.backends.cudnn.benchmark`` to this for the run; ``None`` leaves it as it is
-        (``False`` when ``deterministic``).
-    :param use_distributed_sampler: Give the loaders a ``DistributedSampler`` when the strategy splits data
-        (``False``: each process reads its loader as given; split the data yourself).
-    :param detect_anomaly: Run fit under ``torch.autograd.set_detect_anomaly(True)`` (slow: finds the operation
-        whose backward produced a NaN).
-    :param sync_batchnorm: Turn the Module's BatchNorm layers into ``SyncBatchNorm`` before set-up (statistics
-        over every process's batch; torch supports it on CUDA, XPU and HPU only, and the CPU is refused).
-    :param reload_dataloaders_every_n_epochs: Set the fit's loaders up again (calling ``train_dataloader()`` /
-        ``val_dataloader()`` again) before every n-th epoch; ``0``: once per fit.
-    :param barebones: Turn off everything that costs speed (logging and ``self.log``, checkpointing, the progress
-        bar, the model summary, the sanity check) to measure the loop alone; asking for one of them is an error.
-    :param profiler: Time the run's actions and report them at the end of each entry point: ``"simple"``,
-        ``"advanced"``, ``"pytorch"`` or a :class:`core.profilers.Profiler` (``None``: off, nothing wrapped).
+    Each flag is declared once, in ``core.trainer._flags.FLAGS`` (its type, default, check and meaning); the
+    table of docs/trainer.md ("Trainer flags") and the ``:param`` lines below are generated from it.
     """
 
     def __init__(
@@ -173,36 +119,16 @@ class Trainer:
         barebones: bool = False,
         profiler: object = None,
     ) -> None:
-        self._lite_settings: dict[str, Any] = {
-            "accelerator": accelerator,
-            "strategy": strategy,
-            "devices": devices,
-            "num_nodes": num_nodes,
-            "precision": precision,
-            "plugins": plugins,
-        }
+        given = dict(locals())  # every flag by name; its declaration in FLAGS says where it goes
+        self._lite_settings: dict[str, Any] = {flag.name: given[flag.name] for flag in flags_of("lite")}
         # Resolve now, so that a bad flag fails here and not at fit(); each run launches a fresh Lite.
         lite = Lite(**self._lite_settings)
         self._lite_used = False
-        self.config = TrainerConfig.from_flags(
-            default_root_dir=default_root_dir, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
-            min_steps=min_steps, val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
-            limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
-            limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches,
-            num_sanity_val_steps=num_sanity_val_steps, accumulate_grad_batches=accumulate_grad_batches,
-            gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm,
-            log_every_n_steps=log_every_n_steps, deterministic=deterministic, inference_mode=inference_mode,
-            fast_dev_run=fast_dev_run, overfit_batches=overfit_batches, benchmark=benchmark,
-            use_distributed_sampler=use_distributed_sampler, detect_anomaly=detect_anomaly,
-            sync_batchnorm=sync_batchnorm, reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
-            barebones=barebones,
-        )
+        self.config = TrainerConfig.from_flags(**{flag.name: given[flag.name] for flag in flags_of("loop")})
         if sync_batchnorm and lite.active.config.accelerator == "cpu":
             check_sync_batchnorm(lite.active.config.world_size, "cpu")  # before any process starts
         if barebones:
-            _check_barebones(logger=logger, enable_checkpointing=enable_checkpointing,
-                             enable_progress_bar=enable_progress_bar, enable_model_summary=enable_model_summary,
-                             profiler=profiler)
+            _refuse_barebones_conflicts(barebones_conflicts(given, "trainer"))
             logger, enable_checkpointing, enable_progress_bar, enable_model_summary = False, False, False, False
         logger = True if logger is None else logger
         enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
@@ -338,6 +264,22 @@ class Trainer:
         return self.config.overfit_batches
 
     @property
+    def benchmark(self) -> bool | None:
+        return self.config.benchmark
+
+    @property
+    def use_distributed_sampler(self) -> bool:
+        return self.config.use_distributed_sampler
+
+    @property
+    def detect_anomaly(self) -> bool:
+        return self.config.detect_anomaly
+
+    @property
+    def sync_batchnorm(self) -> bool:
+        return self.config.sync_batchnorm
+
+    @property
     def barebones(self) -> bool:
         return self.config.barebones
 
@@ -414,7 +356,7 @@ class Trainer:
         datamodule: DataModule | None = None,
     ) -> list[dict[str, float]]:
         """Run the validation loop once; returns one dict of epoch metrics per validation loader."""
-        results: list[dict[str, float]] = self._evaluate("validate", "val", model, dataloaders, ckpt_path, datamodule)
+        results: list[dict[str, float]] = self._evaluate("validate", model, dataloaders, ckpt_path, datamodule)
         return results
 
     def test(
@@ -425,7 +367,7 @@ class Trainer:
         datamodule: DataModule | None = None,
     ) -> list[dict[str, float]]:
         """Run the test loop once; returns one dict of epoch metrics per test loader."""
-        results: list[dict[str, float]] = self._evaluate("test", "test", model, dataloaders, ckpt_path, datamodule)
+        results: list[dict[str, float]] = self._evaluate("test", model, dataloaders, ckpt_path, datamodule)
         return results
 
     def predict(
@@ -437,12 +379,11 @@ class Trainer:
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> Any:
         """Run ``predict_step`` over the data; returns global rank 0's predictions (a list per loader)."""
-        result = self._evaluate("predict", "predict", model, dataloaders, ckpt_path, datamodule)
+        result = self._evaluate("predict", model, dataloaders, ckpt_path, datamodule)
         return result if return_predictions else None
 
     def _evaluate(
-        self, stage: str, kind: str, model: Module | None, dataloaders: Any, ckpt_path: Any,
-        datamodule: DataModule | None,
+        self, stage: str, model: Module | None, dataloaders: Any, ckpt_path: Any, datamodule: DataModule | None,
     ) -> Any:
         if isinstance(dataloaders, DataModule):
             dataloaders, datamodule = None, dataloaders
@@ -452,7 +393,7 @@ class Trainer:
             raise ConfigurationError(f"{stage}() needs a model: trainer.{stage}(model, ...), or call fit(model) first.")
         if datamodule is None and dataloaders is None:
             datamodule = self.datamodule
-        return self._launch(stage, chosen, datamodule, {kind: dataloaders}, ckpt_path)
+        return self._launch(stage, chosen, datamodule, {EVAL_LOOP_OF_STAGE[stage].data: dataloaders}, ckpt_path)
 
     def _launch(
         self, stage: str, model: Module, datamodule: DataModule | None, loaders: dict[str, Any], ckpt_path: Any
@@ -681,3 +622,9 @@ class Trainer:
 
     def __repr__(self) -> str:
         return f"<Trainer state={self.state}\n{self.run_state.lite.active.config.summary()}>"
+
+
+# help(Trainer) lists every flag with the line the docs show, from the one declaration.
+Trainer.__doc__ = (Trainer.__doc__ or "") + "".join(
+    f"    :param {flag.name}: {flag.doc}\n" for flag in FLAGS
+)

@@ -1,0 +1,110 @@
+"""Each Trainer flag is declared once (``core.trainer._flags.FLAGS``), and every place that names the flags agrees
+with that declaration: ``Trainer.__init__``'s signature, the ``TrainerConfig`` record, the Trainer's read-only
+properties, docs/trainer.md's table, ``help(Trainer)`` and Lightning's ``Trainer`` name. A flag added in one of
+these places only fails here."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import core
+import core.lightning
+import core.lightning.pytorch
+from core.trainer import Trainer, TrainerConfig
+from core.trainer._flags import FLAGS, flags_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def signature_mismatches(function: Callable[..., Any]) -> list[str]:
+    """What differs between ``function``'s parameters (after ``self``) and :data:`FLAGS`: names, order, defaults
+    and annotations, each difference named."""
+    parameters = list(inspect.signature(function).parameters.values())[1:]
+    found = [(p.name, p.default, p.annotation) for p in parameters]
+    declared = [(flag.name, flag.default, flag.type) for flag in FLAGS]
+    names, declared_names = [name for name, _, _ in found], [flag.name for flag in FLAGS]
+    problems = [f"not declared in FLAGS: {name}" for name in names if name not in declared_names]
+    problems += [f"declared but not a parameter: {name}" for name in declared_names if name not in names]
+    if not problems:
+        problems += [f"{have} != declared {want}" for have, want in zip(found, declared, strict=True) if have != want]
+    return problems
+
+
+def test_the_trainer_signature_is_the_declaration() -> None:
+    assert signature_mismatches(Trainer.__init__) == []
+    parameters = list(inspect.signature(Trainer.__init__).parameters.values())[1:]
+    assert {parameter.kind for parameter in parameters} == {inspect.Parameter.POSITIONAL_OR_KEYWORD}
+
+
+def test_a_flag_added_to_the_signature_only_or_declared_differently_is_caught() -> None:
+    def with_an_extra_flag(self: object, *args: Any, **kwargs: Any) -> None: ...
+
+    parameters = list(inspect.signature(Trainer.__init__).parameters.values())
+    extra = inspect.Parameter("max_joy", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=1, annotation="int")
+    with_an_extra_flag.__signature__ = inspect.Signature([*parameters, extra])  # type: ignore[attr-defined]
+    assert signature_mismatches(with_an_extra_flag) == ["not declared in FLAGS: max_joy"]
+
+    def with_another_default(self: object, *args: Any, **kwargs: Any) -> None: ...
+
+    changed = [p.replace(default=7) if p.name == "log_every_n_steps" else p for p in parameters]
+    with_another_default.__signature__ = inspect.Signature(changed)  # type: ignore[attr-defined]
+    assert signature_mismatches(with_another_default) == [
+        "('log_every_n_steps', 7, 'int') != declared ('log_every_n_steps', 50, 'int')"
+    ]
+
+
+def test_the_config_record_holds_exactly_the_loop_flags_in_order() -> None:
+    assert [field.name for field in attrs.fields(TrainerConfig)] == [flag.name for flag in flags_of("loop")]
+    assert all(flag.check is not None for flag in flags_of("loop"))  # every loop flag is checked into the record
+    assert all(flag.check is None for flag in FLAGS if flag.group != "loop")
+
+
+def test_each_loop_flag_is_a_read_only_property_reading_the_record(tmp_path: Path) -> None:
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, default_root_dir=tmp_path, max_steps=7,
+                      limit_test_batches=3, gradient_clip_val=0.5, log_every_n_steps=5, overfit_batches=2)
+    for flag in flags_of("loop"):
+        assert isinstance(inspect.getattr_static(Trainer, flag.name), property), flag.name
+        assert getattr(trainer, flag.name) == getattr(trainer.config, flag.name), flag.name
+    assert (trainer.max_steps, trainer.limit_test_batches, trainer.limit_train_batches) == (7, 3, 2)
+
+
+def test_from_flags_takes_the_loop_flags_only() -> None:
+    with pytest.raises(TypeError, match=r"not the Trainer's loop flags: \['logger', 'max_joy'\]"):
+        TrainerConfig.from_flags(logger=False, max_joy=1)
+
+
+def test_the_lite_flags_reach_lite_as_given(tmp_path: Path) -> None:
+    trainer = Trainer(accelerator="cpu", devices=1, precision="32-true", default_root_dir=tmp_path, logger=False)
+    assert list(trainer.lite_settings) == [flag.name for flag in flags_of("lite")]
+    assert trainer.lite_settings["precision"] == "32-true"
+
+
+def test_the_docs_table_is_generated_from_the_declaration(tmp_path: Path) -> None:
+    fresh = tmp_path / "trainer.md"
+    script = ROOT / "scripts" / "gen_trainer_flags_doc.py"
+    subprocess.run([sys.executable, str(script), str(fresh)], check=True, timeout=120, capture_output=True)
+    committed = (ROOT / "docs" / "trainer.md").read_text()
+    assert fresh.read_text() == committed, "docs/trainer.md's flag table is stale: run `make docs`"
+    rows = [line for line in committed.splitlines() if line.startswith("| `")]
+    for flag in FLAGS:
+        assert any(row.startswith(f"| `{flag.name}` | ") and flag.doc in row for row in rows), flag.name
+
+
+def test_help_lists_every_flag_with_its_line() -> None:
+    doc = Trainer.__doc__ or ""
+    for flag in FLAGS:
+        assert f":param {flag.name}: {flag.doc}" in doc
+
+
+def test_lightning_trainer_is_the_trainer_so_its_flags_are_the_declaration() -> None:
+    # core.lightning maps Lightning's Trainer to core's class itself (no renamed flags): its flags are FLAGS.
+    assert core.lightning.Trainer is core.Trainer is Trainer
+    assert core.lightning.pytorch.Trainer is Trainer
