@@ -8,6 +8,9 @@ import inspect
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,7 +66,7 @@ def test_a_moved_name_resolves_with_a_warning_naming_its_new_home(name: str) -> 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match=r"module 'core\.toolkit' has no attribute 'nothing_here'"):
-        _ = core.toolkit.nothing_here  # type: ignore[attr-defined]
+        _ = core.toolkit.nothing_here
 
 
 @pytest.mark.parametrize("module", ["core.toolkit.tensors", "core.toolkit.checkpoint"])
@@ -87,7 +90,8 @@ def test_the_walker_keeps_a_state_dicts_metadata_and_loads_back_into_the_module(
     state = module.state_dict()
     copied = apply_to_tensors(state, lambda tensor: tensor.clone() + 1)
     assert type(copied) is type(state)
-    assert copied._metadata == state._metadata and copied._metadata is not state._metadata
+    metadata, copied_metadata = state._metadata, copied._metadata  # type: ignore[attr-defined]
+    assert copied_metadata == metadata and copied_metadata is not metadata
     assert torch.equal(copied["0.weight"], state["0.weight"] + 1)
     module.load_state_dict(copied)  # reads _metadata (the batch norm's version)
 
@@ -111,3 +115,64 @@ def test_the_walker_maps_a_tensor_reachable_twice_once_and_keeps_containers() ->
     assert len(calls) == 2  # shared once, the zeros once
     assert result["a"] is result["b"].left and isinstance(result["b"], pair)
     assert result["b"].right[1:] == ["text", 3] and torch.equal(result["a"], torch.full((2,), 2.0))
+
+
+# ------------------------------------------------------------------------------------------ outside engines
+
+
+@pytest.fixture
+def engines_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on sys.path where a test writes the engine modules it imports (real modules, real imports)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in [name for name in sys.modules if name.startswith("fake_engine_")]:
+        del sys.modules[name]
+
+
+def test_a_missing_engine_names_the_error_and_the_install_command(engines_path: Path) -> None:
+    engine = core.toolkit.OptionalEngine("fake_engine_absent", title="Absent", install="pip install absent",
+                                         used_by="strategy='absent'")
+    assert engine.unavailable_reason() == (
+        "Absent is not importable (ModuleNotFoundError: No module named 'fake_engine_absent'); "
+        "install it: pip install absent"
+    )
+    with pytest.raises(core.PluginUnavailableError, match=r"^strategy='absent' cannot run: Absent is not importable"):
+        engine.load()
+
+
+def test_an_old_engine_is_refused_a_development_build_and_a_new_one_load(engines_path: Path) -> None:
+    (engines_path / "fake_engine_old.py").write_text("__version__ = '2.8.1'\n")
+    (engines_path / "fake_engine_dev.py").write_text("__version__ = 'not-a-version'\n")
+    (engines_path / "fake_engine_new").mkdir()
+    (engines_path / "fake_engine_new" / "__init__.py").write_text("__version__ = '2.10'\n")
+    (engines_path / "fake_engine_new" / "part.py").write_text("VALUE = 7\n")
+
+    def engine(module: str) -> core.toolkit.OptionalEngine:
+        return core.toolkit.OptionalEngine(module, title="Eng", install="pip install 'eng>=2.9'",
+                                           used_by="plugins=['eng']", plugin="core-eng", minimum="2.9")
+
+    assert engine("fake_engine_old").unavailable_reason() == (
+        "Eng 2.8.1 is older than 2.9, which core-eng needs; upgrade it: pip install 'eng>=2.9'"
+    )
+    assert engine("fake_engine_dev").unavailable_reason() is None
+    assert engine("fake_engine_new").load().__version__ == "2.10"
+    assert engine("fake_engine_new").submodule("part").VALUE == 7
+
+
+def test_a_further_check_and_the_platform_are_asked_once(engines_path: Path) -> None:
+    (engines_path / "fake_engine_checked.py").write_text("GLOO = False\n")
+    asked: list[str] = []
+
+    def no_gloo(module: Any) -> str | None:
+        asked.append(module.__name__)
+        return None if module.GLOO else "built without Gloo; rebuild it"
+
+    engine = core.toolkit.OptionalEngine("fake_engine_checked", title="Checked", install="x", used_by="u",
+                                         check=no_gloo)
+    assert engine.unavailable_reason() == engine.unavailable_reason() == "built without Gloo; rebuild it"
+    assert asked == ["fake_engine_checked"]
+    elsewhere = core.toolkit.OptionalEngine("fake_engine_checked", title="P2P", install="x", used_by="u",
+                                            platforms=("plan9",), platform_reason="its daemon is built for it only")
+    assert elsewhere.unavailable_reason() == (
+        f"P2P runs on plan9 only (its daemon is built for it only), and this is {sys.platform!r}"
+    )

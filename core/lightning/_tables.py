@@ -22,7 +22,7 @@ STRATEGIES: Final[dict[str, Entry]] = {
     "FSDPStrategy": Target("core_fsdp", "FSDPStrategy", "core-fsdp"),
     "DeepSpeedStrategy": Target("core_deepspeed", "DeepSpeedStrategy", "core-deepspeed"),
     "ModelParallelStrategy": Target("core_model_parallel", "ModelParallelStrategy", "core-model-parallel"),
-    "SingleDeviceStrategy": Target("core.builtin.strategies", "SingleDeviceStrategy"),
+    "SingleDeviceStrategy": Target("core.toolkit.strategies", "SingleDeviceStrategy"),
     "XLAStrategy": Target("core_tpu", "XLAStrategy", "core-tpu"),
     "SingleTPUStrategy": Target("core_tpu", "SingleXLAStrategy", "core-tpu"),
     "SingleDeviceXLAStrategy": Target("core_tpu", "SingleXLAStrategy", "core-tpu"),

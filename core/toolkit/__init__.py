@@ -25,11 +25,20 @@ no race with other programs), and a launcher hands its descriptor down under :da
 the serving rank to take with :func:`take_inherited_listener`; :func:`is_loopback` tells whether an address is
 this machine's; :func:`find_free_port` asks the OS for a free port (racy: prefer :func:`bind_listener`);
 :func:`is_interactive` says whether this is a REPL or notebook kernel.
+:class:`LauncherVariables` reads the whole numbers a launcher sets in each process (with the launcher's words in
+every error) and builds the :class:`core.ClusterInfo` from them (:func:`cluster_info_from` builds it from an
+environment's own record of the ranks); :func:`check_layout` refuses a ``devices`` x ``num_nodes`` that disagrees
+with what the launcher started, each count given as a :class:`Launched` (the number, what the launcher did, and
+the fix).
 
 **Files**: :func:`atomic_write` writes through a temporary file, fsync and rename (local paths) or a single
 upload (fsspec URLs), so a reader never sees half a file; :func:`local_path`, :func:`is_url`,
 :func:`filesystem`, :func:`open_for_reading`, :func:`exists`, :func:`list_names`, :func:`remove_path` and
 :func:`join` handle local paths and fsspec URLs alike.
+
+**Outside engines**: :class:`OptionalEngine` imports a library a plugin drives (Ray, Horovod, torchft, hivemind)
+only when a run needs it, and says in one sentence why it cannot be used here and the command that fixes it
+(``unavailable_reason``, the plugin trait) or raises :class:`core.PluginUnavailableError` (``load``).
 
 **Whole numbers**: :func:`is_whole` says whether a value is an ``int`` that is not a ``bool`` (and at least a
 minimum); :func:`check_whole` returns an argument that is one or raises :class:`core.ConfigurationError` naming
@@ -51,6 +60,8 @@ from typing import Any, Final
 from core._checks import check_whole, is_whole, read_whole
 from core._errors import CoreDeprecationWarning
 from core.registry import is_interactive
+from core.toolkit._cluster import Launched, LauncherVariables, check_layout, cluster_info_from
+from core.toolkit._engines import OptionalEngine
 from core.toolkit._environment import ExportedVariables, find_free_port
 from core.toolkit._listeners import LISTEN_FD_VARIABLE, bind_listener, is_loopback, take_inherited_listener
 from core.toolkit._storage import (
@@ -119,12 +130,17 @@ __all__ = [
     "PREEMPTED_EXIT_CODE",
     "ExportedVariables",
     "Failure",
+    "Launched",
+    "LauncherVariables",
+    "OptionalEngine",
     "Supervisor",
     "Worker",
     "abort",
     "atomic_write",
     "bind_listener",
+    "check_layout",
     "check_whole",
+    "cluster_info_from",
     "exists",
     "filesystem",
     "find_free_port",

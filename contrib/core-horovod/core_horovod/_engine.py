@@ -1,34 +1,24 @@
-"""Importing Horovod's PyTorch binding, or saying exactly why it cannot be imported and how to fix that."""
+"""Horovod's PyTorch binding, imported only when a run needs it (:class:`core.toolkit.OptionalEngine`)."""
 
 from __future__ import annotations
 
-import functools
-import importlib
 from types import ModuleType
 from typing import Final
 
-from core import PluginUnavailableError
+from core.toolkit import OptionalEngine
 
 INSTALL: Final = "python -m core_horovod.install"
 """The command that builds Horovod 0.28.1 with PyTorch and Gloo support and installs it (cached)."""
 
 
-@functools.lru_cache(maxsize=1)
-def unavailable_reason() -> str | None:
-    """Why ``horovod.torch`` cannot be used here, or None when it can."""
-    try:
-        hvd = importlib.import_module("horovod.torch")  # untyped: imported by name
-    except ImportError as error:
-        problem = f"{type(error).__name__}: {error}"
-        return f"Horovod with PyTorch support is not importable ({problem}); install it: {INSTALL}"
-    if not hvd.gloo_built():
-        return f"this Horovod was built without Gloo, which core-horovod needs on CPUs; rebuild it: {INSTALL}"
-    return None
+def _gloo_missing(hvd: ModuleType) -> str | None:
+    if hvd.gloo_built():
+        return None
+    return f"this Horovod was built without Gloo, which core-horovod needs on CPUs; rebuild it: {INSTALL}"
 
 
-def load() -> ModuleType:
-    """``horovod.torch``, initialised lazily by the caller; raises :class:`core.PluginUnavailableError`."""
-    reason = unavailable_reason()
-    if reason is not None:
-        raise PluginUnavailableError(f"strategy='horovod' cannot run: {reason}")
-    return importlib.import_module("horovod.torch")
+HOROVOD: Final = OptionalEngine("horovod.torch", title="Horovod with PyTorch support", install=INSTALL,
+                                used_by="strategy='horovod'", plugin="core-horovod", check=_gloo_missing)
+
+unavailable_reason = HOROVOD.unavailable_reason
+load = HOROVOD.load
