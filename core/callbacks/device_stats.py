@@ -11,8 +11,7 @@ from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["DeviceStatsMonitor"]
 
@@ -58,7 +57,7 @@ class DeviceStatsMonitor(Callback):
     def __init__(self, cpu_stats: bool | None = None) -> None:
         self._cpu_stats = cpu_stats
 
-    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
         if stage != "fit":
             return
         if not trainer.loggers:
@@ -69,15 +68,15 @@ class DeviceStatsMonitor(Callback):
         if self._cpu_stats is not False:
             cpu_stats()  # a missing psutil fails here, before training, naming the fix
 
-    def on_train_batch_start(self, trainer: Trainer, module: Module, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, module: Module, batch: Any, batch_idx: int) -> None:
         self._log(trainer, "on_train_batch_start")
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._log(trainer, "on_train_batch_end")
 
-    def _log(self, trainer: Trainer, hook: str) -> None:
+    def _log(self, trainer: TrainerView, hook: str) -> None:
         if trainer.global_step % trainer.log_every_n_steps or trainer.sanity_checking:
             return
         device = trainer.lite.device

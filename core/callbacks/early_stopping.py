@@ -13,8 +13,7 @@ from core._errors import ConfigurationError, CoreWarning
 from core.callbacks._callback import Callback
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["EarlyStopping"]
 
@@ -90,11 +89,11 @@ class EarlyStopping(Callback):
         self.best_score = float(state_dict["best_score"])
         self.patience = int(state_dict["patience"])
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self.check_on_train_epoch_end:
             self.check(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Module) -> None:
         if not self.check_on_train_epoch_end and trainer.state == "fit" and not trainer.sanity_checking:
             self.check(trainer)
 
@@ -122,7 +121,7 @@ class EarlyStopping(Callback):
             )
         return False, None
 
-    def check(self, trainer: Trainer) -> None:
+    def check(self, trainer: TrainerView) -> None:
         """Judge the latest value of ``monitor`` and set ``trainer.should_stop`` when it is time."""
         value = trainer.callback_metrics.get(self.monitor)
         if value is None:

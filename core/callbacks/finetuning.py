@@ -26,8 +26,7 @@ from core.callbacks._callback import Callback
 from core.module._optimizers import parse_optimizers
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["BackboneFinetuning", "BaseFinetuning", "multiplicative"]
 
@@ -179,7 +178,7 @@ class BaseFinetuning(Callback):
 
     # The run ----------------------------------------------------------------------------------------------------------
 
-    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
         self.freeze_before_training(module)
         if stage == "fit":
             self._module = module
@@ -227,7 +226,7 @@ class BaseFinetuning(Callback):
         self._held_back[id(optimizer)] = state_dict
         return optimizer.state_dict()  # load what it has: nothing changes until on_fit_start
 
-    def on_fit_start(self, trainer: Trainer, module: Module) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: Module) -> None:
         if not self._restarting and not self._held_back:
             return
         self._restarting = False
@@ -258,7 +257,7 @@ class BaseFinetuning(Callback):
                 if isinstance(submodule, _BatchNorm):
                     submodule.track_running_stats = name not in frozen
 
-    def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Module) -> None:
         names = {param: name for name, param in module.named_parameters()}
         for index, optimizer in enumerate(trainer.optimizers):
             groups_before = len(optimizer.param_groups)
@@ -269,7 +268,7 @@ class BaseFinetuning(Callback):
             elif len(groups) != groups_before:
                 self._internal_optimizer_metadata[index].extend(_group_layout(groups[groups_before:], names))
 
-    def teardown(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: Module, stage: str) -> None:
         self._stop_watching()
         for handle in self._load_hooks:
             handle.remove()
@@ -347,7 +346,7 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict["previous_backbone_lr"]
         super().load_state_dict(state_dict)
 
-    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
         if not isinstance(getattr(module, "backbone", None), nn.Module):
             raise ConfigurationError(
                 f"BackboneFinetuning trains `module.backbone`, but {type(module).__name__} has no nn.Module attribute "

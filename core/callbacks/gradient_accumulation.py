@@ -10,8 +10,7 @@ from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 
 class GradientAccumulationScheduler(Callback):
@@ -46,7 +45,7 @@ class GradientAccumulationScheduler(Callback):
         """The factor that applies in ``epoch``: the one of the latest listed epoch at or before it."""
         return self.scheduling[max(start for start in self.epochs if start <= epoch)]
 
-    def on_train_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Module) -> None:
         if not module.automatic_optimization:
             raise ConfigurationError(
                 "GradientAccumulationScheduler needs automatic optimization: with automatic_optimization=False "
@@ -59,5 +58,5 @@ class GradientAccumulationScheduler(Callback):
             )
         trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)
 
-    def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Module) -> None:
         trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)

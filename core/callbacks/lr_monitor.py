@@ -9,8 +9,7 @@ from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["LearningRateMonitor"]
 
@@ -40,7 +39,7 @@ class LearningRateMonitor(Callback):
         self._interval = "epoch"
         self._pending: tuple[int, dict[str, float]] | None = None
 
-    def on_train_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Module) -> None:
         if not trainer.loggers:
             raise ConfigurationError("LearningRateMonitor needs a logger, but the Trainer has logger=False.")
         configured = {id(config.scheduler.optimizer): config.name for config in trainer.lr_scheduler_configs
@@ -61,7 +60,7 @@ class LearningRateMonitor(Callback):
         steps = any(config.interval == "step" for config in trainer.lr_scheduler_configs)
         self._interval = self.logging_interval or ("step" if steps else "epoch")
 
-    def _values(self, trainer: Trainer) -> dict[str, float]:
+    def _values(self, trainer: TrainerView) -> dict[str, float]:
         values: dict[str, float] = {}
         for name, optimizer in zip(self._names, trainer.optimizers, strict=False):
             groups = optimizer.param_groups
@@ -76,16 +75,18 @@ class LearningRateMonitor(Callback):
                     values[f"{key}-weight_decay"] = float(group["weight_decay"])
         return values
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         # Before the epoch-interval schedulers step: the rate this epoch used, in the epoch's last row.
         if self._interval == "epoch":
             trainer.log_to_loggers(self._values(trainer))
 
-    def on_train_batch_start(self, trainer: Trainer, module: Module, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, module: Module, batch: Any, batch_idx: int) -> None:
         if self._interval == "step" and (trainer.global_step + 1) % trainer.log_every_n_steps == 0:
             self._pending = (trainer.global_step + 1, self._values(trainer))
 
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._pending is not None and self._pending[0] == trainer.global_step:
             trainer.log_to_loggers(self._pending[1])
             self._pending = None

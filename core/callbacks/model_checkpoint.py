@@ -14,8 +14,7 @@ from core._errors import ConfigurationError, CoreError
 from core.callbacks.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["ModelCheckpoint"]
 
@@ -126,17 +125,19 @@ class ModelCheckpoint(Checkpoint):
 
     # -- hooks -----------------------------------------------------------------------------------------
 
-    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
         self.dirpath = self._given_dirpath or os.path.join(trainer.default_root_dir, "checkpoints")
 
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         every = self.every_n_train_steps
         step = trainer.global_step
         if every is None or step == 0 or step % every or step == self._last_saved_step or trainer.sanity_checking:
             return
         self.save(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         every = self.every_n_epochs
         if self.every_n_train_steps is not None or every is None or (trainer.current_epoch + 1) % every:
             return
@@ -170,7 +171,7 @@ class ModelCheckpoint(Checkpoint):
 
     # -- saving ----------------------------------------------------------------------------------------
 
-    def save(self, trainer: Trainer) -> None:
+    def save(self, trainer: TrainerView) -> None:
         """Save now (on every rank): a top-k / latest file if it qualifies, and ``last.ckpt`` if asked."""
         decision = trainer.lite.broadcast(self._decide(trainer) if trainer.is_global_zero else None)
         if decision is None:
@@ -196,13 +197,13 @@ class ModelCheckpoint(Checkpoint):
             raise ConfigurationError("ModelCheckpoint saves only inside a Trainer run (its directory is set there).")
         return self.dirpath
 
-    def _candidates(self, trainer: Trainer) -> dict[str, Any]:
+    def _candidates(self, trainer: TrainerView) -> dict[str, Any]:
         metrics: dict[str, Any] = {name: float(value) for name, value in trainer.callback_metrics.items()}
         metrics["epoch"] = trainer.current_epoch
         metrics["step"] = trainer.global_step
         return metrics
 
-    def _decide(self, trainer: Trainer) -> tuple[str | None, list[str], dict[str, Any]]:
+    def _decide(self, trainer: TrainerView) -> tuple[str | None, list[str], dict[str, Any]]:
         """On rank 0: the file to write (or None), the files to delete, and this callback's next state."""
         metrics = self._candidates(trainer)
         removed: list[str] = []

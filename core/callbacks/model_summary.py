@@ -17,8 +17,7 @@ from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["LayerSummary", "ModelSummary", "summarize", "summary_rows"]
 
@@ -131,7 +130,7 @@ class ModelSummary(Callback):
     def depth(self) -> int:
         return 10**6 if self.max_depth == -1 else self.max_depth
 
-    def on_fit_start(self, trainer: Trainer, module: Module) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: Module) -> None:
         if self.max_depth == 0:
             return
         self.summary = self.render(module)

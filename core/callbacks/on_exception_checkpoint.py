@@ -16,8 +16,7 @@ from core._errors import ConfigurationError, CoreWarning
 from core.callbacks.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["OnExceptionCheckpoint"]
 
@@ -71,12 +70,12 @@ class OnExceptionCheckpoint(Checkpoint):
         """Where the checkpoint is written."""
         return os.path.join(os.fspath(self.dirpath), self.filename + self.FILE_EXTENSION)
 
-    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
         # Collective: every process runs setup at the same point of the run, before any step.
         if trainer.world_size > 1 and dist.is_available() and dist.is_initialized() and dist.is_gloo_available():
             self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=max(60.0, 4 * self.timeout)))
 
-    def on_exception(self, trainer: Trainer, module: Module, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: Module, exception: BaseException) -> None:
         if trainer.world_size > 1:
             not_saved = self._why_not_every_process_failed(trainer.world_size)
             if not_saved is not None:
@@ -132,7 +131,7 @@ class OnExceptionCheckpoint(Checkpoint):
             )
         return None
 
-    def teardown(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: Module, stage: str) -> None:
         if self._group is not None:
             group, self._group = self._group, None
             with contextlib.suppress(Exception):  # local; a peer stuck in a collective cannot block it

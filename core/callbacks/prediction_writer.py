@@ -8,8 +8,7 @@ from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 WRITE_INTERVALS: Final = ("batch", "epoch", "batch_and_epoch")
 
@@ -33,7 +32,7 @@ class BasePredictionWriter(Callback):
         self.interval = write_interval
 
     def write_on_batch_end(
-        self, trainer: Trainer, pl_module: Module, prediction: Any, batch_indices: list[int] | None, batch: Any,
+        self, trainer: TrainerView, pl_module: Module, prediction: Any, batch_indices: list[int] | None, batch: Any,
         batch_idx: int, dataloader_idx: int,
     ) -> None:
         """Write one batch's prediction (``batch_indices``: its samples' dataset indices, ``None`` if unknown)."""
@@ -43,7 +42,7 @@ class BasePredictionWriter(Callback):
         )
 
     def write_on_epoch_end(
-        self, trainer: Trainer, pl_module: Module, predictions: Any, batch_indices: list[list[list[int]]]
+        self, trainer: TrainerView, pl_module: Module, predictions: Any, batch_indices: list[list[list[int]]]
     ) -> None:
         """Write every prediction of this process: ``predictions`` as ``Trainer.predict`` returns them (a list
         per loader, flat for one loader), ``batch_indices`` per loader, per batch."""
@@ -53,16 +52,16 @@ class BasePredictionWriter(Callback):
         )
 
     def on_predict_batch_end(
-        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if self.interval == "epoch" or trainer.filler_batch:
             return
-        self.write_on_batch_end(trainer, module, outputs, trainer.run_state.predict_batch_indices, batch, batch_idx,
+        self.write_on_batch_end(trainer, module, outputs, trainer.predict_batch_indices, batch, batch_idx,
                                 dataloader_idx)
 
-    def on_predict_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_predict_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self.interval == "batch":
             return
-        predictions = trainer.run_state.predictions
+        predictions = trainer.predictions
         self.write_on_epoch_end(trainer, module, predictions[0] if len(predictions) == 1 else predictions,
-                                trainer.run_state.predict_epoch_batch_indices)
+                                trainer.predict_epoch_batch_indices)

@@ -18,8 +18,7 @@ from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["ProgressBar", "TQDMProgressBar", "default_progress_bar"]
 
@@ -59,11 +58,11 @@ class ProgressBar(Callback):
     def stream(self) -> IO[str]:
         return self._stream if self._stream is not None else sys.stdout
 
-    def _epoch_label(self, trainer: Trainer) -> str:
+    def _epoch_label(self, trainer: TrainerView) -> str:
         total = trainer.max_epochs
         return f"epoch {trainer.current_epoch + 1}" + (f"/{total}" if total != -1 else "")
 
-    def _line(self, trainer: Trainer, done: int) -> str:
+    def _line(self, trainer: TrainerView, done: int) -> str:
         total = trainer.num_training_batches
         elapsed = max(time.monotonic() - self._epoch_started, 1e-9)
         rate = done / elapsed
@@ -81,11 +80,13 @@ class ProgressBar(Callback):
     def _write(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
 
-    def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Module) -> None:
         self._epoch_started = self._last_line = time.monotonic()
         self._batches = 0
 
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._batches += 1
         if not trainer.is_global_zero:
             return
@@ -99,15 +100,15 @@ class ProgressBar(Callback):
             return
         self._write(self._line(trainer, batch_idx + 1))
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if trainer.is_global_zero:
             self._write(self._line(trainer, trainer.batches_done))
 
-    def on_validation_end(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Module) -> None:
         if trainer.is_global_zero and trainer.state in ("validate",):
             self._write(f"validation  {_format_metrics(trainer.progress_bar_metrics)}")
 
-    def on_test_end(self, trainer: Trainer, module: Module) -> None:
+    def on_test_end(self, trainer: TrainerView, module: Module) -> None:
         if trainer.is_global_zero:
             self._write(f"test  {_format_metrics(trainer.progress_bar_metrics)}")
 
@@ -132,7 +133,7 @@ class TQDMProgressBar(ProgressBar):
         self._bar: Any = None
         self._pending = 0
 
-    def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Module) -> None:
         super().on_train_epoch_start(trainer, module)
         if not trainer.is_global_zero:
             return
@@ -148,7 +149,9 @@ class TQDMProgressBar(ProgressBar):
         )
         self._pending = 0
 
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._bar is None:
             return
         self._pending += 1
@@ -161,7 +164,7 @@ class TQDMProgressBar(ProgressBar):
             self._last_line = now
             self._bar.set_postfix_str(_format_metrics(trainer.progress_bar_metrics), refresh=False)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self._bar is None:
             return
         self._bar.update(self._pending)

@@ -17,8 +17,7 @@ from core._errors import ConfigurationError
 from core.callbacks.progress import ProgressBar, _format_metrics
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["RichProgressBar", "RichProgressBarTheme"]
 
@@ -91,12 +90,12 @@ class RichProgressBar(ProgressBar):
             self._progress.start()
         return self._progress
 
-    def _metrics(self, trainer: Trainer) -> str:
+    def _metrics(self, trainer: TrainerView) -> str:
         theme = self.theme
         return theme.metrics_text_delimiter.join(
             f"{name}: {value:{theme.metrics_format}}" for name, value in sorted(trainer.progress_bar_metrics.items()))
 
-    def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Module) -> None:
         super().on_train_epoch_start(trainer, module)
         if not trainer.is_global_zero or not self.is_enabled:
             return
@@ -108,7 +107,9 @@ class RichProgressBar(ProgressBar):
         self._pending = 0
         progress.refresh()
 
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._batches += 1
         if self._train_task is None:
             return
@@ -117,7 +118,7 @@ class RichProgressBar(ProgressBar):
             return
         self._advance(trainer, self._train_task)
 
-    def _advance(self, trainer: Trainer, task: Any) -> None:
+    def _advance(self, trainer: TrainerView, task: Any) -> None:
         progress = self._progress
         progress.update(task, advance=self._pending, metrics=self._metrics(trainer))
         elapsed = progress.tasks[progress.task_ids.index(task)].elapsed or 0.0
@@ -126,7 +127,7 @@ class RichProgressBar(ProgressBar):
         progress.refresh()
         self._pending = 0
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self._train_task is None:
             return
         self._advance(trainer, self._train_task)
@@ -134,18 +135,18 @@ class RichProgressBar(ProgressBar):
             self._progress.remove_task(self._train_task)
         self._train_task = None
 
-    def on_validation_start(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Module) -> None:
         if not trainer.is_global_zero or not self.is_enabled or trainer.sanity_checking:
             return
         total = sum(batches for batches in trainer.num_val_batches if math.isfinite(batches))
         self._val_task = self._start().add_task("Validation", total=int(total) or None, speed="", metrics="")
 
-    def on_validation_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         if self._val_task is not None:
             self._progress.update(self._val_task, advance=1)
 
-    def on_validation_end(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Module) -> None:
         if self._val_task is not None:
             self._progress.remove_task(self._val_task)
             self._val_task = None
@@ -153,11 +154,11 @@ class RichProgressBar(ProgressBar):
         if trainer.is_global_zero and trainer.state == "validate" and self._progress is not None:
             self._progress.console.print(f"validation  {_format_metrics(trainer.progress_bar_metrics)}")
 
-    def on_test_end(self, trainer: Trainer, module: Module) -> None:
+    def on_test_end(self, trainer: TrainerView, module: Module) -> None:
         if trainer.is_global_zero:
             self._start().console.print(f"test  {_format_metrics(trainer.progress_bar_metrics)}")
 
-    def teardown(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: Module, stage: str) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

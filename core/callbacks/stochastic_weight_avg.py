@@ -27,8 +27,7 @@ from core.callbacks._callback import Callback
 from core.module import StatefulList
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["StochasticWeightAveraging"]
 
@@ -160,7 +159,7 @@ class StochasticWeightAveraging(Callback):
 
     # The run ----------------------------------------------------------------------------------------------------------
 
-    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
         if stage != "fit":
             return
         # A copy made before the strategy moves the Module; moved to `device` when SWA begins. Parameters only: the
@@ -170,7 +169,7 @@ class StochasticWeightAveraging(Callback):
         self._swa_scheduler = self._replaced_scheduler = self._scheduler_state = None
         self._latest_update_epoch = -1
 
-    def on_fit_start(self, trainer: Trainer, module: Module) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: Module) -> None:
         if len(trainer.optimizers) != 1:
             raise ConfigurationError(
                 f"StochasticWeightAveraging works with one optimizer; configure_optimizers gave "
@@ -219,7 +218,7 @@ class StochasticWeightAveraging(Callback):
         if self._scheduler_state is not None:  # resumed after SWA began: SWALR takes over at once
             self._initialize(trainer, module)
 
-    def _initialize(self, trainer: Trainer, module: Module) -> None:
+    def _initialize(self, trainer: TrainerView, module: Module) -> None:
         self._initialized = True
         averaged = self._averaged()
         averaged.to(self._device if self._device is not None else module.device)
@@ -257,7 +256,7 @@ class StochasticWeightAveraging(Callback):
         if configs:  # the Trainer stops stepping it; checkpoints still save it (on_save_checkpoint)
             self._replaced_scheduler = configs.pop(0).scheduler
 
-    def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: Module) -> None:
         epoch = trainer.current_epoch
         in_swa = self.swa_start <= epoch <= self.swa_end
         if in_swa and not self._initialized:
@@ -273,15 +272,15 @@ class StochasticWeightAveraging(Callback):
             if math.isfinite(trainer.num_training_batches):  # one optimizer step (a no-op) in the whole epoch
                 trainer.accumulate_grad_batches = max(1, int(trainer.num_training_batches))
 
-    def on_before_optimizer_step(self, trainer: Trainer, module: Module, optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(self, trainer: TrainerView, module: Module, optimizer: torch.optim.Optimizer) -> None:
         if self._batch_norm_epoch:  # no gradient, no change: the weights stay the average
             optimizer.zero_grad(set_to_none=True)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self._swa_scheduler is not None:
             self._swa_scheduler.step()
 
-    def on_train_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Module) -> None:
         self._restore_flags(trainer)
         finished = trainer.current_epoch - 1  # the last epoch trained
         if self._batch_norm_epoch and finished == self.swa_end + 1:
@@ -294,13 +293,13 @@ class StochasticWeightAveraging(Callback):
             if averaged is not None and int(averaged.n_averaged) > 0:
                 self.transfer_weights(averaged.module, module)
 
-    def teardown(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: Module, stage: str) -> None:
         self._restore_flags(trainer)  # after an exception, on_train_end did not run
         if self._batch_norm_epoch:
             self.reset_momenta()
             self._batch_norm_epoch = False
 
-    def _restore_flags(self, trainer: Trainer) -> None:
+    def _restore_flags(self, trainer: TrainerView) -> None:
         if self._flags_before is not None:
             trainer.config = self._flags_before
             self._flags_before = None
@@ -348,7 +347,7 @@ class StochasticWeightAveraging(Callback):
         if self._average_model is not None and state_dict["average_model_state"] is not None:
             self._average_model.load_state_dict(state_dict["average_model_state"])
 
-    def on_save_checkpoint(self, trainer: Trainer, module: Module, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: TrainerView, module: Module, checkpoint: dict[str, Any]) -> None:
         # The Trainer restores schedulers before callbacks, into what configure_optimizers gives: so the checkpoint
         # lists the Module's own scheduler (SWALR's state is in this callback's).
         saved = checkpoint.get("lr_schedulers")

@@ -19,8 +19,7 @@ from core._errors import ConfigurationError, CoreWarning
 from core.callbacks._callback import Callback
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 __all__ = ["ThroughputMonitor"]
 
@@ -160,13 +159,13 @@ class ThroughputMonitor(Callback):
     def _options(self) -> dict[str, Any]:
         return {name: value for name, value in self.kwargs.items() if name in ("window_size", "separator")}
 
-    def _start(self, trainer: Trainer, stage: str) -> None:
+    def _start(self, trainer: TrainerView, stage: str) -> None:
         self._throughputs[stage] = _Throughput(trainer.world_size, **self._options())
         self._samples[stage] = self._batches[stage] = self._lengths[stage] = 0
         self._t0s[stage] = time.perf_counter()
 
     @torch.no_grad()
-    def _update(self, trainer: Trainer, module: Module, batch: Any, stage: str) -> None:
+    def _update(self, trainer: TrainerView, module: Module, batch: Any, stage: str) -> None:
         if trainer.lite.device.type == "cuda":
             torch.cuda.synchronize()  # the time of the kernels, not of their launch
         elapsed = time.perf_counter() - self._t0s[stage]
@@ -203,17 +202,19 @@ class ThroughputMonitor(Callback):
             flops=getattr(module, "flops_per_batch", None) if self._module_has_flops else None,
         )
 
-    def _log(self, trainer: Trainer, stage: str, step: int | None = None) -> None:
+    def _log(self, trainer: TrainerView, stage: str, step: int | None = None) -> None:
         throughput = self._throughputs[stage]
         metrics = {f"{stage}{throughput.separator}{name}": value for name, value in throughput.compute().items()}
         trainer.log_to_loggers(metrics, step=step)
 
     # Training ---------------------------------------------------------------------------------------------------------
 
-    def on_train_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Module) -> None:
         self._start(trainer, TRAIN)
 
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._update(trainer, module, batch, TRAIN)
         window_done = (
             trainer.batches_done % trainer.accumulate_grad_batches == 0
@@ -224,23 +225,23 @@ class ThroughputMonitor(Callback):
 
     # Evaluation -------------------------------------------------------------------------------------------------------
 
-    def _evaluation_batch_end(self, trainer: Trainer, module: Module, batch: Any, stage: str) -> None:
+    def _evaluation_batch_end(self, trainer: TrainerView, module: Module, batch: Any, stage: str) -> None:
         self._update(trainer, module, batch, stage)
         iteration = self._iterations[stage]
         if iteration % trainer.log_every_n_steps == 0:
             self._log(trainer, stage, step=iteration)
 
-    def on_validation_start(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Module) -> None:
         if not trainer.sanity_checking:
             self._start(trainer, VALIDATE)
 
     def on_validation_batch_end(
-        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if not trainer.sanity_checking:
             self._evaluation_batch_end(trainer, module, batch, VALIDATE)
 
-    def on_validation_end(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Module) -> None:
         if trainer.sanity_checking or trainer.state != "fit" or TRAIN not in self._t0s:
             return
         # Move the training clock's start by the time spent validating, so that the training rates leave it out.
@@ -249,18 +250,18 @@ class ThroughputMonitor(Callback):
         before_validation = self._t0s[VALIDATE] - training_finished
         self._t0s[TRAIN] += before_validation + (val_times[-1] if val_times else 0.0)
 
-    def on_test_start(self, trainer: Trainer, module: Module) -> None:
+    def on_test_start(self, trainer: TrainerView, module: Module) -> None:
         self._start(trainer, TEST)
 
     def on_test_batch_end(
-        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         self._evaluation_batch_end(trainer, module, batch, TEST)
 
-    def on_predict_start(self, trainer: Trainer, module: Module) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: Module) -> None:
         self._start(trainer, PREDICT)
 
     def on_predict_batch_end(
-        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         self._evaluation_batch_end(trainer, module, batch, PREDICT)

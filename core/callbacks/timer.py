@@ -11,8 +11,7 @@ from core._errors import ConfigurationError
 from core.callbacks._callback import Callback
 
 if TYPE_CHECKING:
-    from core.module import Module
-    from core.trainer import Trainer
+    from core.module import Module, TrainerView
 
 _STAGES = ("train", "validate", "test", "predict")
 
@@ -75,42 +74,44 @@ class Timer(Callback):
             return None
         return self.duration.total_seconds() - self.time_elapsed(stage)
 
-    def _check(self, trainer: Trainer) -> None:
+    def _check(self, trainer: TrainerView) -> None:
         remaining = self.time_remaining()
         if remaining is not None and remaining <= 0 and not trainer.should_stop:
             trainer.should_stop = True
             if self.verbose:
                 trainer.print(f"Timer: the time budget of {self.duration} is used; training stops here.")
 
-    def on_train_start(self, trainer: Trainer, module: Module) -> None:
+    def on_train_start(self, trainer: TrainerView, module: Module) -> None:
         self._start["train"], self._end["train"] = time.monotonic(), None
 
-    def on_train_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Module) -> None:
         self._end["train"] = time.monotonic()
 
-    def on_validation_start(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: Module) -> None:
         self._start["validate"], self._end["validate"] = time.monotonic(), None
 
-    def on_validation_end(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: Module) -> None:
         self._end["validate"] = time.monotonic()
 
-    def on_test_start(self, trainer: Trainer, module: Module) -> None:
+    def on_test_start(self, trainer: TrainerView, module: Module) -> None:
         self._start["test"], self._end["test"] = time.monotonic(), None
 
-    def on_test_end(self, trainer: Trainer, module: Module) -> None:
+    def on_test_end(self, trainer: TrainerView, module: Module) -> None:
         self._end["test"] = time.monotonic()
 
-    def on_predict_start(self, trainer: Trainer, module: Module) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: Module) -> None:
         self._start["predict"], self._end["predict"] = time.monotonic(), None
 
-    def on_predict_end(self, trainer: Trainer, module: Module) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: Module) -> None:
         self._end["predict"] = time.monotonic()
 
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.interval == "step":
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self.interval == "epoch":
             self._check(trainer)
 

@@ -21,7 +21,7 @@ from core.callbacks._callback import Callback
 from core.module import Module
 
 if TYPE_CHECKING:
-    from core.trainer import Trainer
+    from core.module import TrainerView
 
 __all__ = ["EMAWeightAveraging", "WeightAveraging"]
 
@@ -63,7 +63,7 @@ class WeightAveraging(Callback):
 
     # Building, updating -----------------------------------------------------------------------------------------------
 
-    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
         if stage != "fit":
             return
         if type(module).configure_model is not Module.configure_model:
@@ -77,27 +77,29 @@ class WeightAveraging(Callback):
         device = self._device if self._device is not None else module.device
         self._average_model = AveragedModel(module, device=device, use_buffers=self._use_buffers, **self._kwargs)
 
-    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         # global_step counts the steps taken (1 after the first); should_update gets a zero-based index.
         if trainer.global_step > self._latest_update_step and self.should_update(step_idx=trainer.global_step - 1):
             self._averaged().update_parameters(module)
             self._latest_update_step = trainer.global_step
 
-    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         epoch = trainer.current_epoch
         if epoch > self._latest_update_epoch and self.should_update(epoch_idx=epoch):
             self._averaged().update_parameters(module)
             self._latest_update_epoch = epoch
 
-    def on_train_end(self, trainer: Trainer, module: Module) -> None:
+    def on_train_end(self, trainer: TrainerView, module: Module) -> None:
         for averaged, current in self._pairs(module):
             current.data.copy_(averaged.data)
 
-    def on_validation_epoch_start(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_epoch_start(self, trainer: TrainerView, module: Module) -> None:
         if self._average_model is not None:
             self._swap(module)
 
-    def on_validation_epoch_end(self, trainer: Trainer, module: Module) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self._average_model is not None:
             self._swap(module)
 
@@ -130,7 +132,7 @@ class WeightAveraging(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._latest_update_step = state_dict["latest_update_step"]
 
-    def on_save_checkpoint(self, trainer: Trainer, module: Module, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: TrainerView, module: Module, checkpoint: dict[str, Any]) -> None:
         """The averaged weights become ``state_dict``; the training ones move to ``current_model_state``; the
         ``AveragedModel``'s own entries (``n_averaged``) go to ``averaging_state``."""
         if self._average_model is None:
@@ -144,7 +146,7 @@ class WeightAveraging(Callback):
             name: value for name, value in averaged.items() if not name.startswith(_PREFIX)
         }
 
-    def on_load_checkpoint(self, trainer: Trainer, module: Module, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: TrainerView, module: Module, checkpoint: dict[str, Any]) -> None:
         # The Trainer has loaded ``state_dict`` into the Module already: from one of our checkpoints, the average.
         if self._average_model is None:
             return  # validate / test / predict: the Module holds the averaged weights, which is what they evaluate

@@ -23,13 +23,13 @@ import torch
 
 from core._errors import CheckpointError, ConfigurationError, CoreError, CoreWarning
 from core.module._trainer_objects import StatefulList, StepModule
+from core.module._trainer_view import MetricSink, TrainerView
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from core.trainer import Trainer
 
-__all__ = ["AttributeDict", "DataModule", "Module", "StatefulList", "StepModule"]
+__all__ = ["AttributeDict", "DataModule", "MetricSink", "Module", "StatefulList", "StepModule", "TrainerView"]
 
 Stage = Literal["fit", "validate", "test", "predict"]
 
@@ -326,20 +326,28 @@ class Module(_HyperparametersMixin, torch.nn.Module):
 
     # -- evaluation mode (called only when overridden; by default every submodule's mode is put back) --------
 
+    def _step_module(self) -> torch.nn.Module:
+        # The set-up module (the strategy's wrapper around the Trainer's StepModule), so that a wrapper with its
+        # own eval()/train() sees the switch, as Lightning's ``self.trainer.model.eval()``.
+        step_module = self.trainer.step_module
+        if step_module is None:
+            raise CoreError(f"{type(self).__qualname__}: the model's eval / train mode is switched during a run only.")
+        return step_module
+
     def on_validation_model_eval(self) -> None:
-        self.trainer.run_state.step_module.eval()
+        self._step_module().eval()
 
     def on_validation_model_train(self) -> None:
-        self.trainer.run_state.step_module.train()
+        self._step_module().train()
 
     def on_test_model_eval(self) -> None:
-        self.trainer.run_state.step_module.eval()
+        self._step_module().eval()
 
     def on_test_model_train(self) -> None:
-        self.trainer.run_state.step_module.train()
+        self._step_module().train()
 
     def on_predict_model_eval(self) -> None:
-        self.trainer.run_state.step_module.eval()
+        self._step_module().eval()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add your own entries to a checkpoint about to be written (keys not used by the Trainer)."""
@@ -352,14 +360,14 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     # ---------------------------------------------------------------------------------------------
 
     @property
-    def trainer(self) -> Trainer:
-        trainer: Trainer | None = self.__dict__.get("_trainer")
+    def trainer(self) -> TrainerView:
+        trainer: TrainerView | None = self.__dict__.get("_trainer")
         if trainer is None:
             raise CoreError(f"{type(self).__qualname__} is not attached to a Trainer; use it inside trainer.fit(...).")
         return trainer
 
     @trainer.setter
-    def trainer(self, trainer: Trainer | None) -> None:
+    def trainer(self, trainer: TrainerView | None) -> None:
         """Attach the Trainer running this module (``None``: detach); the Trainer does it at a run's start and end."""
         self.__dict__["_trainer"] = trainer
 
@@ -474,12 +482,12 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         if trainer is None:
             _warn_once(f"{type(self).__qualname__}.log({name!r}) outside a Trainer run does nothing.")
             return
-        if trainer.config.barebones:
+        if trainer.barebones:
             raise ConfigurationError(
                 f"{type(self).__qualname__}.log({name!r}) under Trainer(barebones=True): barebones mode turns logging "
                 f"off to measure the loop alone; remove the self.log calls or barebones=True."
             )
-        trainer.run_state.metrics.log(
+        trainer.metric_store.log(
             name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, batch_size,
             add_dataloader_idx,
         )
@@ -619,7 +627,7 @@ class DataModule(_HyperparametersMixin):
     prepare_data_per_node: bool = True
 
     def __init__(self) -> None:
-        self.trainer: Trainer | None = None
+        self.trainer: TrainerView | None = None
 
     def prepare_data(self) -> None:
         """Download or write to disk, once; the other processes wait (do not set state here)."""

@@ -590,6 +590,32 @@ class Trainer:
             self.log_to_loggers(logged)
 
     @property
+    def step_module(self) -> torch.nn.Module | None:
+        """The set-up module whose forward runs the Module's step methods (``None`` outside a run)."""
+        step_module: torch.nn.Module | None = self.run_state.step_module
+        return step_module
+
+    @property
+    def metric_store(self) -> MetricStore:
+        """Where ``Module.log`` records now: the training store, or the running evaluation loop's."""
+        return self.run_state.metrics
+
+    @property
+    def predictions(self) -> list[list[Any]]:
+        """The predict loop's outputs so far, per loader."""
+        return self.run_state.predictions
+
+    @property
+    def predict_batch_indices(self) -> list[int] | None:
+        """The dataset indices of the batch being predicted (``None``: unknown)."""
+        return self.run_state.predict_batch_indices
+
+    @property
+    def predict_epoch_batch_indices(self) -> list[list[list[int]]]:
+        """Per predict loader, the dataset indices of each batch predicted so far."""
+        return self.run_state.predict_epoch_batch_indices
+
+    @property
     def filler_batch(self) -> bool:
         """Whether the evaluation batch being run is a filler (see docs/trainer.md): skip it in your own tallies."""
         return self.run_state.metrics.filler
