@@ -39,7 +39,7 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
 
 
 def test_is_private() -> None:
-    assert is_private("core._errors") and is_private("core.toolkit._storage") and is_private("core_ddp._launchers")
+    assert is_private("core._errors") and is_private("core.toolkit._storage") and is_private("core_ddp._strategy")
     assert is_private("core.builtin") and is_private("core.builtin.strategies")
     assert not is_private("core") and not is_private("core.toolkit") and not is_private("core_ddp")
     assert not is_private("core.testing.import_contracts") and not is_private("core.__version__")
@@ -66,7 +66,7 @@ def test_a_private_import_fails_lint_imports_naming_the_import_and_its_line(tmp_
         import core
         from core.toolkit.tensors import apply_to_tensors
         from core._errors import CoreError
-        from core_ddp._launchers import failing
+        from core_ddp._strategy import DDPStrategy
         from core.builtin.strategies import SingleDeviceStrategy
     """))
     (tmp_path / ".importlinter").write_text(textwrap.dedent("""\
@@ -88,7 +88,7 @@ def test_a_private_import_fails_lint_imports_naming_the_import_and_its_line(tmp_
     assert finished.returncode == 1, finished.stdout
     assert "Careless plugin BROKEN" in finished.stdout
     assert "- core_careless._own -> core._errors (l.3)" in finished.stdout
-    assert "- core_careless._own -> core_ddp._launchers (l.4)" in finished.stdout
+    assert "- core_careless._own -> core_ddp._strategy (l.4)" in finished.stdout
     assert "- core_careless._own -> core.builtin.strategies (l.5)" in finished.stdout
     assert "-> core.toolkit" not in finished.stdout and "-> core (" not in finished.stdout  # public: allowed
     assert "core_careless.__init__ ->" not in finished.stdout  # its own private module: allowed

@@ -28,7 +28,8 @@ from typing import Any, ClassVar, Final
 import torch
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit import SingleDeviceStrategy, bind_listener, check_whole, is_loopback, read_whole
+from core.toolkit import bind_listener, check_whole, is_loopback, read_whole
+from core.toolkit.strategies import SingleDeviceStrategy
 
 from . import _engine
 from ._ddp import FaultTolerantDDP

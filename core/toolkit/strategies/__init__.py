@@ -1,16 +1,91 @@
-"""Strategy classes for plugin authors: the single-process reference and what process-group strategies build on.
+"""Strategy classes for plugin authors: the single-process reference, and the base of process-group strategies.
 
-:class:`SingleDeviceStrategy` is the ``single_device`` strategy: one process, one device. Its collective and
-checkpoint hooks are the single-process reference that every other strategy class here extends;
+**The single-process reference.** :class:`SingleDeviceStrategy` is the ``single_device`` strategy: one process,
+one device. Its collective and checkpoint hooks are the reference every strategy class here extends;
 :func:`check_reduce_op` validates a ``reduce_op`` against :data:`REDUCE_OPS`.
+
+**Process-group strategies.** :class:`ParallelStrategy` is what every strategy of one process per device over a
+``torch.distributed`` group needs, so that ddp, fsdp, deepspeed, model_parallel and pipeline (and yours) derive
+from the core, not from each other: the options common to all (``process_group_backend``, ``timeout``,
+``start_method`` out of :data:`START_METHODS`, ``name``), launching, the process group's set-up and teardown
+(no barrier while the rank function is failing), the collectives, backward through the run's precision, and
+pickling of the options for spawned ranks. A subclass overrides :meth:`ParallelStrategy.setup_module` (wrap,
+shard or parallelize the model) and, where a run leaves something behind, :meth:`ParallelStrategy.release_run`
+and :meth:`ParallelStrategy.forget_run`. :func:`forget_mesh_groups` drops the groups a ``DeviceMesh`` resolved
+once the world group is gone. :class:`Communicator` runs the collectives of one rank and turns backend errors
+into :class:`CollectiveError` (:class:`CollectiveTimeoutError` when a rank stopped participating,
+:class:`PeerLostError` when one vanished).
+
+**Launchers.** A :class:`Launcher` starts the processes of a job and runs the function in them; each holds its
+own state. :class:`ScriptLauncher` runs the script again as the other local ranks (``ddp``);
+:class:`MultiprocessingLauncher` starts them with ``torch.multiprocessing`` and returns rank 0's result
+(``ddp_spawn``, ``ddp_fork``), raising :class:`ProcessFailedError` when one fails; :class:`ExternalLauncher` runs
+this process's rank when someone else started the processes (torchrun, srun, ``python -m core.run``).
+:class:`RankLauncher` is their common base: a rank whose function raises stops the whole job, and
+:func:`failing` says, from inside the function (a strategy's teardown), that an exception is escaping it.
+:class:`Layout` is where a node's processes sit in the job.
+
+**Rendezvous.** Ranks a launcher starts on one node meet at a store the launcher serves, checked by the job id
+in :data:`JOB_VARIABLE`; a rank that reached another job's store raises :class:`RendezvousError`.
+
+**Sharded state.** For strategies whose parameters become ``DTensor`` s (fsdp, model_parallel):
+:class:`ReplacedParameters` remembers which parameter replaced which at set-up, so that an optimizer made before
+points at the new ones and the originals get the trained values back; :func:`gather_full_state` gathers a state's
+``DTensor`` s into whole tensors on the CPU (a collective); :func:`accept_whole_tensors` and
+:func:`accept_whole_optimizer_state` let ``load_state_dict`` take whole tensors and keep this rank's part.
 """
 
 from __future__ import annotations
 
+from core.toolkit.strategies._collectives import Communicator
+from core.toolkit.strategies._errors import (
+    CollectiveError,
+    CollectiveTimeoutError,
+    PeerLostError,
+    ProcessFailedError,
+)
+from core.toolkit.strategies._launchers import (
+    ExternalLauncher,
+    Launcher,
+    Layout,
+    MultiprocessingLauncher,
+    RankLauncher,
+    ScriptLauncher,
+    failing,
+)
+from core.toolkit.strategies._parallel import START_METHODS, ParallelStrategy, forget_mesh_groups
+from core.toolkit.strategies._rendezvous import JOB_VARIABLE, RendezvousError
+from core.toolkit.strategies._sharding import (
+    ReplacedParameters,
+    accept_whole_optimizer_state,
+    accept_whole_tensors,
+    gather_full_state,
+)
 from core.toolkit.strategies._single import REDUCE_OPS, SingleDeviceStrategy, check_reduce_op
 
 __all__ = [
+    "JOB_VARIABLE",
     "REDUCE_OPS",
+    "START_METHODS",
+    "CollectiveError",
+    "CollectiveTimeoutError",
+    "Communicator",
+    "ExternalLauncher",
+    "Launcher",
+    "Layout",
+    "MultiprocessingLauncher",
+    "ParallelStrategy",
+    "PeerLostError",
+    "ProcessFailedError",
+    "RankLauncher",
+    "RendezvousError",
+    "ReplacedParameters",
+    "ScriptLauncher",
     "SingleDeviceStrategy",
+    "accept_whole_optimizer_state",
+    "accept_whole_tensors",
     "check_reduce_op",
+    "failing",
+    "forget_mesh_groups",
+    "gather_full_state",
 ]

@@ -4,18 +4,27 @@
 Each alias is an entry point of the ``core.strategies`` group whose value is one of the factories below;
 ``DDPStrategy(...)`` is the object to pass for options: ``Lite(strategy=DDPStrategy(static_graph=True))``.
 
-Public API for strategies that extend the DDP family (core-fsdp, core-deepspeed): :class:`DDPStrategy` and
-its hooks, :data:`START_METHODS`, the error types, and :func:`failing`, which tells a strategy's teardown
-whether the rank function is failing (so that it does not wait in a collective for ranks that are gone).
+:class:`DDPStrategy` derives from the core's :class:`core.toolkit.strategies.ParallelStrategy`, which starts the
+processes, sets up the process group and runs the collectives; a sharded strategy derives from that, not from
+this plugin. :data:`START_METHODS`, the error types, :data:`JOB_VARIABLE`, :class:`RendezvousError` and
+:func:`failing` are the core's (the same objects, re-exported here for code written against core-ddp).
 """
 
 from __future__ import annotations
 
+from core.toolkit.strategies import (
+    JOB_VARIABLE,
+    START_METHODS,
+    CollectiveError,
+    CollectiveTimeoutError,
+    PeerLostError,
+    ProcessFailedError,
+    RendezvousError,
+    failing,
+)
+
 from ._dp import DataParallelStrategy
-from ._errors import CollectiveError, CollectiveTimeoutError, PeerLostError, ProcessFailedError
-from ._launchers import failing
-from ._rendezvous import JOB_VARIABLE, RendezvousError
-from ._strategy import START_METHODS, DDPStrategy
+from ._strategy import DDPStrategy
 
 
 def ddp() -> DDPStrategy:

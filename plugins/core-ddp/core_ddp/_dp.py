@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from core import Supports, hookimpl
-from core.toolkit import SingleDeviceStrategy
+from core.toolkit.strategies import SingleDeviceStrategy
 
 
 class DataParallelStrategy(SingleDeviceStrategy):

@@ -1,9 +1,10 @@
 """``DeepSpeedStrategy``: ZeRO stages 1-3, with optional CPU offload, through DeepSpeed's engine.
 
-Processes, the process group and the collectives are those of ``ddp`` (this class extends ``DDPStrategy``);
-what differs is that DeepSpeed owns the training state. ``Lite.setup(model, optimizer)`` hands both to
-``deepspeed.initialize``; the engine runs the backward pass (reducing and partitioning gradients), the
-optimizer step, gradient accumulation, clipping and 16-bit loss scaling, and writes its own sharded checkpoints.
+Processes, the process group and the collectives are the core's (this class extends
+:class:`core.toolkit.strategies.ParallelStrategy`); what differs is that DeepSpeed owns the training state.
+``Lite.setup(model, optimizer)`` hands both to ``deepspeed.initialize``; the engine runs the backward pass
+(reducing and partitioning gradients), the optimizer step, gradient accumulation, clipping and 16-bit loss
+scaling, and writes its own sharded checkpoints.
 
 At teardown, while the process group is alive, the modules are given back as they came in, holding the trained
 weights (:mod:`core_deepspeed._release`); once it is destroyed, DeepSpeed forgets the groups it derived from it.
@@ -23,11 +24,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.distributed as dist
-from core_ddp import DDPStrategy, failing
 
 from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
 from core.toolkit import restore_state as restore
 from core.toolkit import to_checkpoint
+from core.toolkit.strategies import ParallelStrategy, failing
 
 from . import _checkpoint, _import, _release
 from ._config import FLOAT16_PRECISIONS, ZeroSettings, build_config, read_config, zero_stage
@@ -76,7 +77,7 @@ def _forget_process_groups(deepspeed: ModuleType) -> None:
             setattr(groups, name, None)
 
 
-class DeepSpeedStrategy(DDPStrategy):
+class DeepSpeedStrategy(ParallelStrategy):
     """Sharded data parallelism with DeepSpeed ZeRO: optimizer states (stage 1), gradients (2), parameters (3).
 
     :param stage: The ZeRO stage, 1, 2 or 3.
@@ -91,6 +92,7 @@ class DeepSpeedStrategy(DDPStrategy):
     :param name: The alias reported in messages.
     """
 
+    message_prefix: ClassVar[str] = "core-deepspeed"
     supports: ClassVar[Supports] = Supports(
         never={"accelerator": {"tpu", "mps"}, "precision": {"64-true"}},
         hint=_HINT,
@@ -186,7 +188,7 @@ class DeepSpeedStrategy(DDPStrategy):
         self._check_float16_here()
         super().strategy_setup_environment()
         deepspeed = _import.import_deepspeed(self.active.config.accelerator)
-        # DeepSpeed adopts the process group that ddp's setup has just started.
+        # DeepSpeed adopts the process group that the base class's setup has just started.
         deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False, verbose=False)
         self._deepspeed = deepspeed
 

@@ -1,10 +1,9 @@
 """``FSDPStrategy``: every rank holds a shard of each parameter, gradient and optimizer state (FSDP2).
 
-The processes, the process group, the launcher and the collectives are ``core-ddp``'s (this class extends
-:class:`core_ddp.DDPStrategy`); what changes is the model: instead of wrapping it in
-``DistributedDataParallel``, :func:`torch.distributed.fsdp.fully_shard` turns its parameters into
-``DTensor`` shards over a one-dimensional device mesh of all ranks. The order of set-up, in
-:meth:`FSDPStrategy.strategy_setup_module`:
+The processes, the process group, the launcher and the collectives are the core's (this class extends
+:class:`core.toolkit.strategies.ParallelStrategy`); what it adds is the model's set-up:
+:func:`torch.distributed.fsdp.fully_shard` turns its parameters into ``DTensor`` shards over a one-dimensional
+device mesh of all ranks. The order of set-up, in :meth:`FSDPStrategy.setup_module`:
 
 1. unless the model was created empty (``Lite.init_module(empty_init=True)``: on the meta device), rank 0's
    initial values are broadcast, so every rank shards the same model (as ``DistributedDataParallel`` does);
@@ -20,9 +19,7 @@ of the run refers to the destroyed group any more.
 
 from __future__ import annotations
 
-import gc
 import warnings
-import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
@@ -31,14 +28,19 @@ from typing import Any, ClassVar, Final
 
 import torch
 import torch.distributed as dist
-from core_ddp import DDPStrategy, failing
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
 
 from core import ConfigurationError, Supports, hookimpl
+from core.toolkit.strategies import (
+    ParallelStrategy,
+    ReplacedParameters,
+    accept_whole_optimizer_state,
+    accept_whole_tensors,
+    gather_full_state,
+)
 
 from ._release import ModuleRecord, release, snapshot
-from ._state import gather_full, install_module_load_hook, install_optimizer_load_hook
 from ._wrap import AutoWrapPolicy, predicate, shard
 
 STATE_DICT_TYPES: Final = ("sharded", "full")
@@ -63,7 +65,7 @@ def _supports(state_dict_type: str) -> Supports:
     )
 
 
-class FSDPStrategy(DDPStrategy):
+class FSDPStrategy(ParallelStrategy):
     """Fully sharded data parallel training with FSDP2.
 
     :param auto_wrap_policy: Which submodules become their own unit: a collection of module classes, a
@@ -79,11 +81,11 @@ class FSDPStrategy(DDPStrategy):
         skipped, for a model created with ``empty_init=True``).
     :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
     :param timeout: How long a collective may wait for the other ranks before failing.
-    :param start_method: How missing processes are started, as for ``DDPStrategy``.
+    :param start_method: How missing processes are started, as for ``ddp``.
     :param name: The alias reported in messages.
     """
 
-    max_processes: ClassVar[int | None] = None
+    message_prefix: ClassVar[str] = "core-fsdp"
 
     def __init__(
         self,
@@ -120,12 +122,21 @@ class FSDPStrategy(DDPStrategy):
         self.mixed_precision = mixed_precision
         self.state_dict_type = state_dict_type
         self.sync_module_states = sync_module_states
-        self.supports = _supports(state_dict_type)  # type: ignore[misc]  # per object: depends on the layout
-        self._mesh: DeviceMesh | None = None
-        # id(original parameter) -> (a weak reference to it, the sharded parameter that replaced it)
-        self._replaced: dict[int, tuple[weakref.ref[torch.nn.Parameter], torch.nn.Parameter]] = {}
+        self.supports = _supports(state_dict_type)  # per object: depends on the layout
+        self._replaced = ReplacedParameters()
         # Each module tree this run sharded, as it was before, and whether it was created empty: put back at teardown.
         self._set_up: list[tuple[list[ModuleRecord], bool]] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        for key in ("_replaced", "_set_up"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._replaced = ReplacedParameters()
+        self._set_up = []
 
     @property
     def default_checkpoint_io(self) -> str:
@@ -175,8 +186,8 @@ class FSDPStrategy(DDPStrategy):
             return torch.device("meta")
         return self.active.device or torch.device("cpu")
 
-    @hookimpl
-    def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+    def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Broadcast rank 0's values (unless created empty), shard, materialise, accept whole tensors on load."""
         tensors = list(chain(module.parameters(), module.buffers()))
         empty = any(tensor.is_meta for tensor in tensors)
         if empty and not all(tensor.is_meta for tensor in tensors):
@@ -191,11 +202,8 @@ class FSDPStrategy(DDPStrategy):
         shard(module, self.auto_wrap_policy, self._fully_shard_options())
         if empty:
             self._materialise(module)
-        for name, sharded in module.named_parameters():
-            original = originals.get(name)
-            if original is not None and original is not sharded:
-                self._replaced[id(original)] = (weakref.ref(original), sharded)
-        install_module_load_hook(module)
+        self._replaced.record(originals, module)
+        accept_whole_tensors(module)
         self._set_up.append((before, empty))
         return module
 
@@ -230,58 +238,30 @@ class FSDPStrategy(DDPStrategy):
     @hookimpl
     def strategy_setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Point an optimizer made before set-up at the sharded parameters that replaced the originals."""
-        if optimizer.state:
-            raise ConfigurationError(
-                "The optimizer already has state (it took a step before setup); with fsdp its state must be made "
-                "for the sharded parameters: set up the module and the optimizer before the first step."
-            )
-        for group in optimizer.param_groups:
-            group["params"] = [self._sharded(parameter) for parameter in group["params"]]
-        install_optimizer_load_hook(optimizer)
+        self._replaced.point_optimizer(optimizer, self.alias)
+        accept_whole_optimizer_state(optimizer)
         return optimizer
-
-    def _sharded(self, parameter: torch.nn.Parameter) -> torch.nn.Parameter:
-        entry = self._replaced.get(id(parameter))
-        if entry is not None and entry[0]() is parameter:
-            return entry[1]
-        return parameter
 
     # -- end of the run -------------------------------------------------------------------------------
 
-    @hookimpl
-    def strategy_teardown(self) -> None:
-        try:
-            if dist.is_initialized() and not failing():
-                self._release_modules()
-            super().strategy_teardown()
-        finally:
-            self._forget_run()
-
-    def _release_modules(self) -> None:
+    def release_run(self) -> None:
         """Every module of the run back to a plain one (gathered when it came in whole): a collective."""
-        originals = {id(sharded): original() for original, sharded in self._replaced.values()}
-        alive = {key: original for key, original in originals.items() if original is not None}
         device = self.active.device or torch.device("cpu")
+        originals = self._replaced.originals()
         with self.communicator.guard("gathering the trained parameters at teardown (fsdp)"):
             for records, empty in self._set_up:
-                release(records, whole=not empty, device=device, originals=alive)
+                release(records, whole=not empty, device=device, originals=originals)
 
-    def _forget_run(self) -> None:
+    def forget_run(self) -> None:
         """Drop every reference of this run to its process group, so the group is freed now, not at exit.
 
-        A group freed during interpreter shutdown can abort the process from gloo's threads. Besides the
-        modules (released above), the run's ``DTensor`` s still held elsewhere (the optimizer's sharded state)
-        refer to the mesh, and the mesh to the group; FSDP's state, cut from the modules, sits in reference
-        cycles until a collection.
+        Besides the modules (released above), the run's ``DTensor`` s still held elsewhere (the optimizer's
+        sharded state) refer to the mesh, and the mesh to the group; FSDP's state, cut from the modules, sits in
+        reference cycles until the collection the base class runs.
         """
         self._set_up.clear()
         self._replaced.clear()
-        mesh, self._mesh = self._mesh, None
-        if mesh is not None and not dist.is_initialized():
-            registry = getattr(mesh, "_pg_registry", None)  # recent torch keeps the groups it resolved there
-            if isinstance(registry, dict):
-                registry.clear()
-        gc.collect()
+        super().forget_run()
 
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
@@ -299,7 +279,7 @@ class FSDPStrategy(DDPStrategy):
     def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
         active = self.active
         if self.state_dict_type == "full":
-            whole = gather_full(state)  # every rank takes part in gathering; rank 0 writes
+            whole = gather_full_state(state)  # every rank takes part in gathering; rank 0 writes
             if active.cluster.is_global_zero:
                 active.hook.checkpoint_io_save(checkpoint=whole, path=path, storage_options=None)
         else:

@@ -10,8 +10,8 @@ the process.
 The module may have been parallelized before the strategy saw it (in the launched function with
 ``lite.device_mesh``, in the Module's ``configure_model``), so nothing is recorded beforehand. What the
 parallelization added is recognised by where it comes from: hooks whose function is defined in
-``torch.distributed`` (or in this plugin: its load hooks), the instance attributes listed below, the ``FSDP``
-class. User hooks stay. What is left is checked, and a trace that
+``torch.distributed`` (or the core's load hooks, :func:`core.toolkit.strategies.accept_whole_tensors`), the
+instance attributes listed below, the ``FSDP`` class. User hooks stay. What is left is checked, and a trace that
 survives (a future torch) raises :class:`core.CoreError` instead of failing later.
 """
 
@@ -33,7 +33,7 @@ from ._state import whole
 # Instance attributes fully_shard and distribute_module set (torch 2.6 to 2.13); state keys carry a uuid.
 _ADDED_ATTRIBUTES: Final = frozenset({"_is_fsdp_managed_module", "_fsdp_use_orig_params", "_distribute_module_applied"})
 _ADDED_ATTRIBUTE_PREFIXES: Final = ("__composable_api_state_key",)
-_HOOK_ORIGINS: Final = ("torch.distributed.", "core_model_parallel.")
+_HOOK_ORIGINS: Final = ("torch.distributed.", "core.toolkit.strategies.", "core_model_parallel.")
 # Companion dicts keyed by the same handle ids as a hook dict, holding flags rather than functions.
 _FLAG_DICTS: Final = ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
 

@@ -1,28 +1,27 @@
 """``ModelParallelStrategy``: the user's parallelization (tensor parallel, fully sharded) over a 2-D device mesh.
 
-The processes, the process group, the launcher and the collectives are ``core-ddp``'s (this class extends
-:class:`core_ddp.DDPStrategy`). What changes is the model: the strategy builds a ``DeviceMesh`` with the dimensions
-``("data_parallel", "tensor_parallel")`` once the process group exists, and the user's *parallelize function*
+The processes, the process group, the launcher and the collectives are the core's (this class extends
+:class:`core.toolkit.strategies.ParallelStrategy`). What it adds is the model's set-up: the strategy builds a
+``DeviceMesh`` with the dimensions ``("data_parallel", "tensor_parallel")`` once the process group exists, and the
+user's *parallelize function*
 ``fn(module, device_mesh) -> module`` decides what to do with it (``parallelize_module`` with
 ``ColwiseParallel`` / ``RowwiseParallel`` over ``device_mesh["tensor_parallel"]``, then ``fully_shard`` over
 ``device_mesh["data_parallel"]``). The function comes from one of three places, first found wins:
 
 1. the launched function, before ``lite.setup`` (``fn(model, lite.device_mesh)``: the module arrives parallelized);
 2. the Module's ``configure_model`` under the Trainer (it reads the mesh and parallelizes in place);
-3. ``ModelParallelStrategy(parallelize_fn=fn)``, applied in :meth:`strategy_setup_module` after rank 0's initial
+3. ``ModelParallelStrategy(parallelize_fn=fn)``, applied in :meth:`setup_module` after rank 0's initial
    values were broadcast, so every rank parallelizes the same model.
 
-The order of set-up, in :meth:`ModelParallelStrategy.strategy_setup_module`: parallelize (3, if the module is still
+The order of set-up, in :meth:`ModelParallelStrategy.setup_module`: parallelize (3, if the module is still
 plain), check that data parallelism has a ``fully_shard`` to average gradients with, materialise a model created on
 the meta device, point optimizers made before set-up at the new parameters, install the load hooks that make any
-checkpoint fit (:mod:`core_model_parallel._state`). At teardown each set-up module becomes plain and whole again
-(:mod:`core_model_parallel._release`) before the process group goes away.
+checkpoint fit (:func:`core.toolkit.strategies.accept_whole_tensors`). At teardown each set-up module becomes plain
+and whole again (:mod:`core_model_parallel._release`) before the process group goes away.
 """
 
 from __future__ import annotations
 
-import gc
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
@@ -32,20 +31,21 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias
 import torch
 import torch.distributed as dist
 from core_dcp import holds_dtensors
-from core_ddp import DDPStrategy, failing
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
+from core.toolkit.strategies import (
+    ParallelStrategy,
+    ReplacedParameters,
+    accept_whole_optimizer_state,
+    accept_whole_tensors,
+    gather_full_state,
+)
 
 from ._mesh import DATA_PARALLEL, MeshShape, check_size, mesh_shape
 from ._release import release
-from ._state import (
-    gather_full,
-    holds_placed_tensors,
-    install_module_load_hook,
-    install_optimizer_load_hook,
-)
+from ._state import holds_placed_tensors
 
 TENSOR_PARALLEL: Final = "tensor_parallel"
 MESH_DIMENSIONS: Final = (DATA_PARALLEL, TENSOR_PARALLEL)
@@ -72,7 +72,7 @@ def _supports(save_distributed_checkpoint: bool) -> Supports:
     )
 
 
-class ModelParallelStrategy(DDPStrategy):
+class ModelParallelStrategy(ParallelStrategy):
     """Tensor parallelism within a node and (fully sharded) data parallelism across nodes, on a 2-D device mesh.
 
     :param parallelize_fn: ``fn(module, device_mesh) -> module`` applying the parallelisms in place; optional when
@@ -86,11 +86,11 @@ class ModelParallelStrategy(DDPStrategy):
         default then); ``False``: the whole state is gathered and rank 0 writes one file.
     :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
     :param timeout: How long a collective may wait for the other ranks before failing.
-    :param start_method: How missing processes are started, as for ``DDPStrategy``.
+    :param start_method: How missing processes are started, as for ``ddp``.
     :param name: The alias reported in messages.
     """
 
-    max_processes: ClassVar[int | None] = None
+    message_prefix: ClassVar[str] = "core-model-parallel"
 
     def __init__(
         self,
@@ -116,11 +116,9 @@ class ModelParallelStrategy(DDPStrategy):
         self.data_parallel_size = check_size(_OWNER, "data_parallel_size", data_parallel_size)
         self.tensor_parallel_size = check_size(_OWNER, "tensor_parallel_size", tensor_parallel_size)
         self.save_distributed_checkpoint = bool(save_distributed_checkpoint)
-        self.supports = _supports(self.save_distributed_checkpoint)  # type: ignore[misc]  # per object
+        self.supports = _supports(self.save_distributed_checkpoint)  # per object
         self._shape: MeshShape | None = None
-        self._mesh: DeviceMesh | None = None
-        # id(plain parameter before set-up) -> (a weak reference to it, the DTensor parameter that replaced it)
-        self._replaced: dict[int, tuple[weakref.ref[torch.nn.Parameter], torch.nn.Parameter]] = {}
+        self._replaced = ReplacedParameters()
         self._set_up: list[torch.nn.Module] = []
 
     @property
@@ -130,14 +128,13 @@ class ModelParallelStrategy(DDPStrategy):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        for key in ("_mesh", "_replaced", "_set_up"):
+        for key in ("_replaced", "_set_up"):
             state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._mesh = None
-        self._replaced = {}
+        self._replaced = ReplacedParameters()
         self._set_up = []
 
     def __repr__(self) -> str:
@@ -196,19 +193,16 @@ class ModelParallelStrategy(DDPStrategy):
             return torch.device("meta")
         return self.active.device or torch.device("cpu")
 
-    @hookimpl
-    def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+    def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Parallelize (if still plain), check data parallelism, materialise, accept whole tensors on load."""
         originals = dict(module.named_parameters())
         if not holds_placed_tensors(module):
             module = self._parallelize(module)
         self._check_data_parallel(module)
         if any(tensor.is_meta for tensor in chain(module.parameters(), module.buffers())):
             self._materialise(module)
-        for name, placed in module.named_parameters():
-            original = originals.get(name)
-            if original is not None and original is not placed:
-                self._replaced[id(original)] = (weakref.ref(original), placed)
-        install_module_load_hook(module)
+        self._replaced.record(originals, module)
+        accept_whole_tensors(module)
         self._set_up.append(module)
         return module
 
@@ -258,21 +252,9 @@ class ModelParallelStrategy(DDPStrategy):
     @hookimpl
     def strategy_setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Point an optimizer made before set-up at the ``DTensor`` parameters that replaced the originals."""
-        if optimizer.state:
-            raise ConfigurationError(
-                f"The optimizer already has state (it took a step before setup); with {self.alias!r} its state must "
-                f"be made for the parallelized parameters: set up the module and the optimizer before the first step."
-            )
-        for group in optimizer.param_groups:
-            group["params"] = [self._placed(parameter) for parameter in group["params"]]
-        install_optimizer_load_hook(optimizer)
+        self._replaced.point_optimizer(optimizer, self.alias)
+        accept_whole_optimizer_state(optimizer)
         return optimizer
-
-    def _placed(self, parameter: torch.nn.Parameter) -> torch.nn.Parameter:
-        entry = self._replaced.get(id(parameter))
-        if entry is not None and entry[0]() is parameter:
-            return entry[1]
-        return parameter
 
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
@@ -287,7 +269,7 @@ class ModelParallelStrategy(DDPStrategy):
     def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
         active = self.active
         if not self.save_distributed_checkpoint:
-            full = gather_full(state)  # every rank takes part in gathering; rank 0 writes
+            full = gather_full_state(state)  # every rank takes part in gathering; rank 0 writes
             if active.cluster.is_global_zero:
                 active.hook.checkpoint_io_save(checkpoint=full, path=path, storage_options=None)
         elif holds_dtensors(state):
@@ -313,33 +295,19 @@ class ModelParallelStrategy(DDPStrategy):
 
     # -- end of the run -------------------------------------------------------------------------------
 
-    @hookimpl
-    def strategy_teardown(self) -> None:
-        try:
-            if dist.is_initialized() and not failing():
-                self._release_modules()
-            super().strategy_teardown()
-        finally:
-            self._forget_run()
-
-    def _release_modules(self) -> None:
+    def release_run(self) -> None:
         """Every module of the run back to a plain, whole one: a collective."""
-        originals = {id(placed): original() for original, placed in self._replaced.values()}
-        alive = {key: original for key, original in originals.items() if original is not None}
+        originals = self._replaced.originals()
         with self.communicator.guard("gathering the trained parameters at teardown (model_parallel)"):
             for module in self._set_up:
-                release(module, alive)
+                release(module, originals)
 
-    def _forget_run(self) -> None:
-        """Drop this run's references to its mesh and groups, so that they are freed now, not at exit."""
+    def forget_run(self) -> None:
+        """Drop this run's references to its mesh and groups (the base class drops the mesh), so that they are
+        freed now, not at exit."""
         self._set_up.clear()
         self._replaced.clear()
-        mesh, self._mesh = self._mesh, None
-        if mesh is not None and not dist.is_initialized():
-            registry = getattr(mesh, "_pg_registry", None)  # recent torch keeps the groups it resolved there
-            if isinstance(registry, dict):
-                registry.clear()
-        gc.collect()
+        super().forget_run()
 
 
 @contextmanager

@@ -1,11 +1,12 @@
 """``PipelineStrategy``: the model cut into stages, each rank running its stages in a schedule of micro-batches.
 
-The processes, the process group, the launcher and the collectives are ``core-ddp``'s (this class extends
-:class:`core_ddp.DDPStrategy`). The ranks form a 2-D mesh ``("data_parallel", "pipeline_parallel")``: each row of
-``pipeline_parallel_size`` neighbouring ranks runs one copy of the pipeline, and with ``data_parallel_size > 1`` the
-copies average their gradients after each step (one all-reduce per dtype within each column of the mesh).
+The processes, the process group, the launcher and the collectives are the core's (this class extends
+:class:`core.toolkit.strategies.ParallelStrategy`). The ranks form a 2-D mesh ``("data_parallel",
+"pipeline_parallel")``: each row of ``pipeline_parallel_size`` neighbouring ranks runs one copy of the pipeline, and
+with ``data_parallel_size > 1`` the copies average their gradients after each step (one all-reduce per dtype within
+each column of the mesh).
 
-Set-up, in :meth:`PipelineStrategy.strategy_setup_module`, in this order:
+Set-up, in :meth:`PipelineStrategy.setup_module`, in this order:
 
 1. the stages are cut (:mod:`core_pipeline._split`): by ``split_points``, or by ``stage_fn``;
 2. stage ``s`` goes to pipeline rank ``s % pipeline_parallel_size`` (one stage per rank, or several for the
@@ -30,7 +31,6 @@ from typing import Any, ClassVar, Final, Literal
 
 import torch
 import torch.distributed as dist
-from core_ddp import DDPStrategy
 from core_model_parallel import DATA_PARALLEL, MeshShape, check_size, mesh_shape
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -46,6 +46,7 @@ from core.toolkit import (
     restore_state,
     to_checkpoint,
 )
+from core.toolkit.strategies import ParallelStrategy
 
 from ._layout import (
     OptimizerLayout,
@@ -78,7 +79,7 @@ _CUT: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 """Models this process has cut (and pruned to its stages): setting one up again is refused with the way out."""
 
 
-class PipelineStrategy(DDPStrategy):
+class PipelineStrategy(ParallelStrategy):
     """Pipeline parallelism: each rank holds consecutive layers and passes activations on, micro-batch by micro-batch.
 
     :param split_points: Names of the submodules that begin stages 1, 2, ... (``["layers.2"]``: two stages), in
@@ -95,11 +96,11 @@ class PipelineStrategy(DDPStrategy):
     :param data_parallel_size: Copies of the pipeline; ``"auto"``: what the pipeline leaves of the world size.
     :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
     :param timeout: How long a collective (or a stage waiting for its neighbour) may wait before failing.
-    :param start_method: How missing processes are started, as for ``DDPStrategy``.
+    :param start_method: How missing processes are started, as for ``ddp``.
     :param name: The alias reported in messages.
     """
 
-    max_processes: ClassVar[int | None] = None
+    message_prefix: ClassVar[str] = "core-pipeline"
     supports: ClassVar[Supports] = Supports(
         never={"accelerator": {"tpu", "mps"}, "precision": {"16-mixed", "16"}},
         hint="The pipeline's schedule runs backward itself, so 16-mixed's loss scaler never sees the loss: use "
@@ -143,18 +144,15 @@ class PipelineStrategy(DDPStrategy):
         self.loss_fn = loss_fn
         self.data_parallel_size = check_size(_OWNER, "data_parallel_size", data_parallel_size)
         self._shape: MeshShape | None = None
-        self._mesh: DeviceMesh | None = None
         self._run = _RunState()
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        for key in ("_mesh", "_run"):
-            state.pop(key, None)
+        state.pop("_run", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._mesh = None
         self._run = _RunState()
 
     def __repr__(self) -> str:
@@ -236,8 +234,8 @@ class PipelineStrategy(DDPStrategy):
 
     # -- model ----------------------------------------------------------------------------------------
 
-    @hookimpl
-    def strategy_setup_module(self, module: nn.Module) -> nn.Module:
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        """Cut the model into stages, keep this rank's, and build the schedule over them (see the module's doc)."""
         if self.loss_fn is None:
             raise ConfigurationError(
                 f"strategy={self.alias!r} needs PipelineStrategy(loss_fn=...): the last stage computes the loss of "
@@ -450,13 +448,10 @@ class PipelineStrategy(DDPStrategy):
 
     # -- end of the run -------------------------------------------------------------------------------
 
-    @hookimpl
-    def strategy_teardown(self) -> None:
-        try:
-            super().strategy_teardown()
-        finally:
-            self._run = _RunState()
-            self._mesh = None
+    def forget_run(self) -> None:
+        """The pipelines and optimizers of the run go with it (the base class drops the mesh)."""
+        self._run = _RunState()
+        super().forget_run()
 
 
 def _inner(value: Any) -> Any:

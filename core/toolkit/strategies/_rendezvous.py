@@ -5,7 +5,9 @@ starts any rank, on a listening socket it binds itself (the port the environment
 if that one was taken meanwhile), and keeps it for the job. The ranks, including the launcher's own rank 0,
 connect to it as clients. No rank ever binds a port that another program might have taken since it was
 chosen, and every rank checks that the store it reached holds its own job's id (``CORE_DDP_JOB``), so a
-rank sent to another job's store fails at once with :class:`RendezvousError` instead of inside gloo.
+rank sent to another job's store fails at once with :class:`RendezvousError` instead of inside gloo. (The
+variable and the store's keys keep the names core-ddp gave them when this code was its own: launchers and test
+harnesses outside this package know them.)
 
 **Processes started by someone else** (torchrun, srun, mpirun, several nodes by hand): their conventions are
 kept. Global rank 0 serves the store on ``MASTER_PORT`` (or torchrun's agent does), the others connect.
@@ -38,6 +40,8 @@ JOB_KEY: Final = "core-ddp/job"
 _AGENT_STORE_VARIABLE: Final = "TORCHELASTIC_USE_AGENT_STORE"
 _RESTART_COUNT_VARIABLE: Final = "TORCHELASTIC_RESTART_COUNT"
 
+# How many runs this process has set up per (address, port, world size): the n-th run of every rank of a job
+# takes the same key prefix. A count of this process's life, like its pid, not state of one run or launcher.
 _runs: Counter[tuple[str, int, int]] = Counter()
 
 
@@ -54,18 +58,14 @@ class HostedStore:
     job_id: str
 
 
-# The store this process hosts for the job it launched; kept until the next launch or the process's end.
-_hosted: HostedStore | None = None
-
-
 def host_store(address: str, proposed_port: int, world_size: int, timeout: timedelta) -> HostedStore:
     """Serve the job's store from this (launching) process; the ranks it starts connect to it.
 
     :param address: The main address (the ranks connect there).
     :param proposed_port: The port the environment proposed; if it was taken since, any free port is used.
-    :return: The store, the port it listens on and the job's id, already written into the store.
+    :return: The store, the port it listens on and the job's id, already written into the store. The caller (the
+        launcher) keeps it for as long as the job runs.
     """
-    global _hosted
     try:
         listener = bind_listener(address, proposed_port)
     except OSError:  # taken since it was proposed: the race this design closes; any free port will do
@@ -77,8 +77,7 @@ def host_store(address: str, proposed_port: int, world_size: int, timeout: timed
     )
     job_id = f"{uuid.uuid4().hex}-{os.getpid()}"  # the launcher's pid: see _own_job
     store.set(JOB_KEY, job_id)
-    _hosted = HostedStore(store, port, job_id)
-    return _hosted
+    return HostedStore(store, port, job_id)
 
 
 def _listen_fd(address: str, port: int) -> int | None:
@@ -103,13 +102,13 @@ def _listen_fd(address: str, port: int) -> int | None:
     return listener.detach()  # the store owns the descriptor from here on
 
 
-def _check_job(store: dist.Store, cluster: ClusterInfo, job_id: str) -> None:
+def _check_job(store: dist.Store, cluster: ClusterInfo, job_id: str, prefix: str) -> None:
     where = f"{cluster.main_address}:{cluster.main_port}"
     found = store.get(JOB_KEY).decode() if store.check([JOB_KEY]) else None
     if found != job_id:
         what = "a store of another program" if found is None else f"the store of another job ({found})"
         raise RendezvousError(
-            f"core-ddp: global rank {cluster.global_rank} of job {job_id} reached {what} at {where}, not its "
+            f"{prefix}: global rank {cluster.global_rank} of job {job_id} reached {what} at {where}, not its "
             f"launcher's. MASTER_ADDR/MASTER_PORT or {JOB_VARIABLE} in this process's environment come from "
             f"another run; start the job again from a clean environment (unset them), or let the launcher choose."
         )
@@ -145,8 +144,11 @@ def _ancestors() -> set[int]:
     return found
 
 
-def store_for(cluster: ClusterInfo, timeout: timedelta) -> dist.Store:
-    """The store of this run, under a new key prefix: the launcher's (a client of it) or global rank 0's."""
+def store_for(cluster: ClusterInfo, timeout: timedelta, prefix: str) -> dist.Store:
+    """The store of this run, under a new key prefix: the launcher's (a client of it) or global rank 0's.
+
+    :param prefix: What messages start with (the strategy's distribution, ``core-ddp``).
+    """
     key = (cluster.main_address, cluster.main_port, cluster.world_size)
     run = _runs[key]
     _runs[key] += 1
@@ -156,11 +158,11 @@ def store_for(cluster: ClusterInfo, timeout: timedelta) -> dist.Store:
             store = dist.TCPStore(cluster.main_address, cluster.main_port, cluster.world_size, False, timeout=timeout)
         except (RuntimeError, TimeoutError) as error:  # DistNetworkError and DistStoreError are RuntimeErrors
             raise RendezvousError(
-                f"core-ddp: global rank {cluster.global_rank} of job {job_id} could not reach its launcher's store "
+                f"{prefix}: global rank {cluster.global_rank} of job {job_id} could not reach its launcher's store "
                 f"at {cluster.main_address}:{cluster.main_port} ({type(error).__name__}: {error}). Did the "
                 f"launching process exit? Its output says why."
             ) from error
-        _check_job(store, cluster, job_id)
+        _check_job(store, cluster, job_id, prefix)
         return dist.PrefixStore(f"core-ddp/job-{job_id}/run-{run}/", store)
     # Under torchrun the agent already serves a store on MASTER_PORT; every rank is a client of it.
     serves = cluster.global_rank == 0 and os.environ.get(_AGENT_STORE_VARIABLE) != "True"

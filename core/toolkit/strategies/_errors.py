@@ -1,4 +1,4 @@
-"""Errors of the DDP family: a collective that failed, and a job whose processes failed."""
+"""Errors of the process-group strategies: a collective that failed, and a job whose processes failed."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ class CollectiveTimeoutError(CollectiveError, TimeoutError):
             f"The collective {collective!r} on global rank {global_rank} did not complete within the strategy's "
             f"timeout of {timeout.total_seconds():g} s: at least one other rank stopped participating (it hangs, "
             f"sleeps, or runs a different collective). Look at the other ranks' output; if the work between "
-            f"collectives is legitimately this slow, raise DDPStrategy(timeout=...). Backend message: {cause}",
+            f"collectives is legitimately this slow, raise the strategy's timeout (DDPStrategy(timeout=...), ...). "
+            f"Backend message: {cause}",
             collective,
             global_rank,
         )
@@ -66,7 +67,8 @@ class PeerLostError(CollectiveError):
 
 
 class ProcessFailedError(CoreError):
-    """A process started by ``ddp_spawn`` / ``ddp_fork`` / ``ddp_notebook`` failed; the others were stopped."""
+    """A process started by a :class:`MultiprocessingLauncher` (``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``, ...)
+    failed; the others were stopped."""
 
     def __init__(self, message: str, global_rank: int, exit_code: int) -> None:
         super().__init__(message)

@@ -1,0 +1,314 @@
+"""``ParallelStrategy``: what every strategy of one process per device over a ``torch.distributed`` group needs.
+
+Launching (a :class:`Launcher` per run), the process group's set-up and teardown, the collectives with backend
+errors turned into project errors, backward through the run's precision, and pickling of the options for spawned
+ranks. A subclass decides what happens to the model (:meth:`ParallelStrategy.setup_module`): core-ddp wraps it in
+``DistributedDataParallel``, core-fsdp shards it with ``fully_shard``, and so on.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+import torch
+import torch.distributed as dist
+
+from core import ConfigurationError, hookimpl
+from core.toolkit import is_interactive
+
+from ._collectives import Communicator
+from ._launchers import (
+    THIS_PROCESS,
+    ExternalLauncher,
+    Launcher,
+    Layout,
+    MultiprocessingLauncher,
+    RankLauncher,
+    ScriptLauncher,
+    failing,
+)
+from ._rendezvous import store_for
+from ._single import SingleDeviceStrategy, check_reduce_op
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
+"""``popen`` re-runs the script as the other ranks; the others start them with ``torch.multiprocessing``."""
+
+
+def _unbound(**_: Any) -> Any:
+    raise ConfigurationError("The strategy ran backward before strategy_setup_environment; use Lite.launch.")
+
+
+def _as_timedelta(owner: str, timeout: timedelta | float) -> timedelta:
+    value = timeout if isinstance(timeout, timedelta) else timedelta(seconds=float(timeout))
+    if value.total_seconds() <= 0:
+        raise ConfigurationError(f"{owner}(timeout={timeout!r}) must be a positive duration, such as "
+                                 f"timedelta(minutes=30) or a number of seconds.")
+    return value
+
+
+def forget_mesh_groups(mesh: DeviceMesh) -> None:
+    """Drop the process groups a device mesh resolved, once the world group is destroyed.
+
+    Recent torch keeps them in the mesh; a mesh still referenced somewhere (a ``DTensor`` the user holds) would
+    then keep the destroyed groups alive until interpreter shutdown, where gloo's threads can abort the process.
+    """
+    if dist.is_initialized():
+        return
+    registry = getattr(mesh, "_pg_registry", None)
+    if isinstance(registry, dict):
+        registry.clear()
+
+
+class ParallelStrategy(SingleDeviceStrategy):
+    """One process per device, over a ``torch.distributed`` process group; the model is the subclass's business.
+
+    :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
+    :param timeout: How long a collective may wait for the other ranks before failing.
+    :param start_method: ``"popen"`` (run the script again as the other ranks), ``"spawn"``, ``"fork"`` or
+        ``"forkserver"`` (start the ranks with ``torch.multiprocessing`` and return rank 0's result).
+    :param name: The alias reported in messages (``"parallel"`` when not given).
+
+    To write a strategy on it, override :meth:`setup_module` (and any hook whose behaviour differs, marked with
+    ``@hookimpl`` again); :meth:`release_run` and :meth:`forget_run` are where a run's end releases what the
+    strategy made. Set :attr:`message_prefix` to your distribution's name.
+    """
+
+    max_processes: ClassVar[int | None] = None
+    message_prefix: ClassVar[str] = "core"
+    """What the launcher's messages (and its scratch directories) start with: the distribution's name."""
+
+    def __init__(
+        self,
+        process_group_backend: str | None = None,
+        timeout: timedelta | float = timedelta(minutes=30),
+        start_method: str = "popen",
+        *,
+        name: str | None = None,
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        if start_method not in START_METHODS:
+            raise ConfigurationError(
+                f"{owner}(start_method={start_method!r}) is not a start method; expected one of "
+                f"{list(START_METHODS)}."
+            )
+        self.process_group_backend = process_group_backend
+        self.timeout = _as_timedelta(owner, timeout)
+        self.start_method = start_method
+        self.alias = name or "parallel"
+        self._communicator: Communicator | None = None
+        self._precision_backward: Callable[..., Any] = _unbound
+        self._launcher: Launcher | None = None
+        self._mesh: DeviceMesh | None = None
+
+    @property
+    def name(self) -> str:
+        """The alias this object answers to (``ddp``, ``ddp_spawn``, ``fsdp``, ...)."""
+        return self.alias
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.alias = value
+
+    _RUN_STATE: ClassVar[tuple[str, ...]] = ("_active", "_communicator", "_precision_backward", "_launcher", "_mesh")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The options travel (a spawned process resolves them again); the state of a run stays behind.
+        return {key: value for key, value in self.__dict__.items() if key not in self._RUN_STATE}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._active = None
+        self._communicator = None
+        self._precision_backward = _unbound
+        self._launcher = None
+        self._mesh = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.alias!r}, start_method={self.start_method!r}, timeout={self.timeout})"
+
+    @property
+    def communicator(self) -> Communicator:
+        """This rank's collectives, which name what failed (exists once the process group is set up)."""
+        if self._communicator is None:
+            raise ConfigurationError(
+                f"The strategy {self.alias!r} runs a collective before its process group exists; the runtime "
+                f"calls strategy_setup_environment in every process first (use Lite.launch / Lite.run)."
+            )
+        return self._communicator
+
+    @property
+    def launcher(self) -> Launcher | None:
+        """The launcher of the current run in this process (``None`` before ``strategy_launch``)."""
+        return self._launcher
+
+    def failing(self) -> bool:
+        """Whether the rank function is failing here (:func:`core.toolkit.strategies.failing`)."""
+        return failing()
+
+    # -- processes ------------------------------------------------------------------------------------
+
+    @hookimpl
+    def strategy_launch(self, function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        self._launcher = launcher = self.make_launcher()
+        return launcher.launch(function, *args, **kwargs)
+
+    def make_launcher(self) -> Launcher:
+        """The launcher of this run: the processes exist already, or this process starts them (``start_method``)."""
+        active = self.active
+        THIS_PROCESS.restore_variables()
+        cluster = active.refresh_cluster()
+        if active.hook.environment_creates_processes_externally():
+            return ExternalLauncher(self.message_prefix, cluster.global_rank, cluster.world_size)
+        layout = Layout(
+            devices_per_node=active.config.devices_per_node,
+            num_nodes=active.config.num_nodes,
+            node_rank=cluster.node_rank,
+            main_address=cluster.main_address,
+            main_port=cluster.main_port,
+        )
+        launcher: Launcher
+        if self.start_method == "popen":
+            launcher = ScriptLauncher(self.message_prefix, layout, self.timeout)
+        else:
+            launcher = MultiprocessingLauncher(self.message_prefix, layout, self.timeout, self.start_method)
+        self._refuse_interactive(launcher)
+        return launcher
+
+    def _refuse_interactive(self, launcher: Launcher) -> None:
+        if launcher.is_interactive_compatible or not is_interactive():
+            return
+        why = (
+            "it starts the other ranks by running this program's command line again"
+            if self.start_method == "popen"
+            else f"{self.start_method!r} processes must import the function from a file, which a notebook cell is not"
+        )
+        raise ConfigurationError(
+            f"strategy={self.alias!r} cannot start processes from an interactive session (a notebook or a REPL): "
+            f"{why}. Use strategy='ddp_notebook' (fork) here, or run the code as a script (python train.py)."
+        )
+
+    @hookimpl
+    def strategy_setup_environment(self) -> None:
+        self._precision_backward = self.active.bind("precision_backward")
+        cluster = self.active.cluster
+        self._communicator = Communicator(cluster.global_rank, self.timeout)
+        if dist.is_initialized():
+            return
+        backend = self.process_group_backend or self.active.hook.accelerator_process_group_backend() or "gloo"
+        with self.communicator.guard("init_process_group"):
+            dist.init_process_group(
+                backend,
+                store=store_for(cluster, self.timeout, self.message_prefix),
+                world_size=cluster.world_size,
+                rank=cluster.global_rank,
+                timeout=self.timeout,
+            )
+
+    @hookimpl
+    def strategy_teardown(self) -> None:
+        try:
+            if dist.is_initialized() and not failing():
+                self.release_run()
+            self._end_process_group()
+        finally:
+            self.forget_run()
+
+    def _end_process_group(self) -> None:
+        if failing():
+            # An exception is on its way out of the rank function. Its launcher stops the other ranks before the
+            # process group goes away; a barrier here would wait for ranks that are not coming. The launcher's
+            # exception hook stays: the exception ends this process through it.
+            return
+        if isinstance(self._launcher, RankLauncher):
+            self._launcher.end_run()
+        if not dist.is_initialized():
+            return
+        self.communicator.barrier("teardown", self._barrier_device_ids())
+        dist.destroy_process_group()
+        self.after_process_group()
+        self._communicator = None
+
+    def release_run(self) -> None:
+        """At teardown, while every rank is alive and the process group exists: collective clean-up of the run.
+
+        Not called while the rank function fails. Default: nothing (core-fsdp gathers its modules back here).
+        """
+
+    def after_process_group(self) -> None:
+        """Right after the process group was destroyed at the end of a run that did not fail. Default: nothing."""
+
+    def forget_run(self) -> None:
+        """Last step of every teardown, failed or not: drop what refers to the run's process groups.
+
+        Extend it (calling ``super().forget_run()``): a group still referenced is freed at interpreter shutdown,
+        where gloo's threads can abort the process. The default drops the device mesh (:attr:`_mesh`, where a
+        subclass keeps one) and collects the reference cycles torch's sharding state sits in.
+        """
+        mesh, self._mesh = self._mesh, None
+        if mesh is not None:
+            forget_mesh_groups(mesh)
+            gc.collect()
+
+    # -- model ----------------------------------------------------------------------------------------
+
+    @hookimpl
+    def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        return self.setup_module(module)
+
+    def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Make ``module`` ready for this strategy: wrap it, shard it, parallelize it. Called on every rank.
+
+        The extension point of a subclass (``DDPStrategy`` wraps in ``DistributedDataParallel``). The default
+        returns the module as it is: every rank then trains its own copy, with nothing averaging the gradients.
+        """
+        return module
+
+    @hookimpl
+    def strategy_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> bool | None:
+        with self.communicator.guard("all_reduce of the gradients (backward)"):
+            if self._precision_backward(tensor=tensor, module=module) is None:
+                tensor.backward()  # no precision implements it: plain PyTorch
+        return True
+
+    # -- collectives ----------------------------------------------------------------------------------
+
+    @hookimpl
+    def strategy_reduce(self, tensor: torch.Tensor, group: Any | None, reduce_op: str) -> torch.Tensor:
+        return self.communicator.reduce(tensor, group, check_reduce_op(reduce_op))
+
+    @hookimpl
+    def strategy_all_gather(self, tensor: torch.Tensor, group: Any | None, sync_grads: bool) -> torch.Tensor:
+        return self.communicator.all_gather(tensor, group, sync_grads)
+
+    @hookimpl
+    def strategy_broadcast(self, obj: Any, src: int) -> Any:
+        world_size = self.active.cluster.world_size
+        if not 0 <= src < world_size:
+            raise ConfigurationError(f"broadcast(src={src}) names a rank outside a world of size {world_size}.")
+        return self.communicator.broadcast(obj, src, self._object_device())
+
+    @hookimpl
+    def strategy_barrier(self, name: str | None) -> None:
+        self.communicator.barrier(name, self._barrier_device_ids())
+
+    @hookimpl
+    def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        cluster = self.active.cluster
+        return {"num_replicas": cluster.world_size, "rank": cluster.global_rank}
+
+    def _object_device(self) -> torch.device | None:
+        device = self.active.device
+        return device if device is not None and device.type != "cpu" else None
+
+    def _barrier_device_ids(self) -> list[int] | None:
+        device = self._object_device()
+        if device is None or dist.get_backend() != "nccl":
+            return None
+        return [device.index or 0]
