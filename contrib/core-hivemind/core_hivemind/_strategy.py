@@ -23,6 +23,7 @@ import torch
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
 from core.toolkit import is_whole
+from core.toolkit.strategies import check_reduce_op
 
 from . import _engine
 
@@ -32,7 +33,6 @@ INITIAL_PEERS_ENV: Final = "PL_INITIAL_PEERS"
 LOOPBACK_MADDRS: Final = ("/ip4/127.0.0.1/tcp/0",)
 """Where the DHT listens by default: this machine only, a free port."""
 
-REDUCE_OPS: Final = ("sum", "mean", "max", "min")
 
 _DELAYED: Final = ("delay_optimizer_step", "delay_state_averaging", "offload_optimizer")
 
@@ -259,8 +259,7 @@ class HivemindStrategy:
 
     @hookimpl
     def strategy_reduce(self, tensor: torch.Tensor, group: Any | None, reduce_op: str) -> torch.Tensor:
-        if str(reduce_op).lower() not in REDUCE_OPS:
-            raise ConfigurationError(f"Unknown reduce_op={reduce_op!r}; expected one of {list(REDUCE_OPS)}.")
+        check_reduce_op(reduce_op)
         return tensor
 
     @hookimpl

@@ -22,10 +22,10 @@ import torch
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
 from core.toolkit import check_whole
+from core.toolkit.strategies import check_reduce_op
 
 from . import _engine
 
-REDUCE_OPS: Final = ("sum", "mean", "max", "min")
 COMPRESSIONS: Final = ("none", "fp16")
 
 
@@ -196,9 +196,7 @@ class HorovodStrategy:
 
     @hookimpl
     def strategy_reduce(self, tensor: torch.Tensor, group: Any | None, reduce_op: str) -> torch.Tensor:
-        op = str(reduce_op).lower()
-        if op not in REDUCE_OPS:
-            raise ConfigurationError(f"Unknown reduce_op={reduce_op!r}; expected one of {list(REDUCE_OPS)}.")
+        op = check_reduce_op(reduce_op)
         if group is not None:
             raise ConfigurationError("strategy='horovod' reduces over all ranks; process groups are not supported.")
         hvd = self.hvd
