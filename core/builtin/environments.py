@@ -10,18 +10,12 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from core._checks import read_whole
-from core._errors import ConfigurationError
 from core._markers import hookimpl
 from core._records import ClusterInfo
-from core.toolkit import ExportedVariables, find_free_port
+from core.toolkit import ExportedVariables, Launched, LauncherVariables, check_layout, find_free_port
 
-
-def _int_variable(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    return read_whole(name, raw)
+# Set by a launcher (``python -m core.run``, the ddp launcher, a user's script) or by hand; every one has a default.
+LAUNCHER: Final = LauncherVariables(launcher="environment")
 
 
 class LocalEnvironment:
@@ -45,13 +39,11 @@ class LocalEnvironment:
 
     @hookimpl
     def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> ClusterInfo:
-        local_rank = _int_variable("LOCAL_RANK", 0)
-        node_rank = _int_variable("NODE_RANK", _int_variable("GROUP_RANK", 0))
-        world_size = _int_variable("WORLD_SIZE", devices_per_node * num_nodes)
-        global_rank = _int_variable("RANK", node_rank * devices_per_node + local_rank)
-        return ClusterInfo(
-            world_size=world_size,
-            global_rank=global_rank,
+        local_rank = LAUNCHER.read("LOCAL_RANK", 0)
+        node_rank = LAUNCHER.read("NODE_RANK", LAUNCHER.read("GROUP_RANK", 0))
+        return LAUNCHER.cluster_info(
+            world_size=LAUNCHER.read("WORLD_SIZE", devices_per_node * num_nodes),
+            global_rank=LAUNCHER.read("RANK", node_rank * devices_per_node + local_rank),
             local_rank=local_rank,
             node_rank=node_rank,
             main_address=self._export("MASTER_ADDR", "127.0.0.1"),
@@ -67,12 +59,16 @@ class LocalEnvironment:
 
     @hookimpl
     def environment_validate_settings(self, devices_per_node: int, num_nodes: int) -> None:
-        world_size = os.environ.get("WORLD_SIZE")
-        if world_size and world_size.isdigit() and int(world_size) != devices_per_node * num_nodes:
-            raise ConfigurationError(
-                f"WORLD_SIZE={world_size} is set in the environment, but devices x num_nodes = "
-                f"{devices_per_node} x {num_nodes} = {devices_per_node * num_nodes}; make them agree."
-            )
+        world_size = LAUNCHER.read_if_set("WORLD_SIZE")
+        check_layout(
+            devices_per_node,
+            num_nodes,
+            world_size=Launched(
+                world_size,
+                f"WORLD_SIZE={world_size} is set in the environment",
+                f"Make them agree: devices x num_nodes = {world_size}, or unset WORLD_SIZE.",
+            ),
+        )
 
     @hookimpl
     def environment_teardown(self) -> None:

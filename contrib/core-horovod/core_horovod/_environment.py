@@ -16,10 +16,15 @@ from typing import Final
 
 import attrs
 
-from core import ClusterInfo, ConfigurationError, hookimpl
-from core.toolkit import read_whole
+from core import ClusterInfo, hookimpl
+from core.toolkit import Launched, LauncherVariables, check_layout, cluster_info_from
 
 VARIABLES: Final = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE")
+HOROVODRUN: Final = LauncherVariables(
+    launcher="Horovod",
+    malformed="horovodrun sets it for every rank.",
+    unset="{name} is not set; horovodrun sets it for every rank: start the script with horovodrun -np N.",
+)
 
 
 @attrs.frozen
@@ -38,24 +43,17 @@ class HorovodRanks:
         return self.world_size // self.local_size
 
 
-def _integer(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
-    raw = environ.get(name)
-    if raw is None and default is not None:
-        return default
-    return read_whole(name, "" if raw is None else raw, source="Horovod", hint="horovodrun sets it for every rank.")
-
-
 def read_ranks(environ: Mapping[str, str] | None = None) -> HorovodRanks:
     """The ranks horovodrun exported; :class:`core.ConfigurationError` when one is missing or malformed."""
     environ = os.environ if environ is None else environ
     address = environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1")
     port = environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT", "")
     return HorovodRanks(
-        global_rank=_integer(environ, "HOROVOD_RANK"),
-        world_size=_integer(environ, "HOROVOD_SIZE"),
-        local_rank=_integer(environ, "HOROVOD_LOCAL_RANK"),
-        local_size=_integer(environ, "HOROVOD_LOCAL_SIZE"),
-        node_rank=_integer(environ, "HOROVOD_CROSS_RANK", default=0),
+        global_rank=HOROVODRUN.read("HOROVOD_RANK", environ=environ),
+        world_size=HOROVODRUN.read("HOROVOD_SIZE", environ=environ),
+        local_rank=HOROVODRUN.read("HOROVOD_LOCAL_RANK", environ=environ),
+        local_size=HOROVODRUN.read("HOROVOD_LOCAL_SIZE", environ=environ),
+        node_rank=HOROVODRUN.read("HOROVOD_CROSS_RANK", 0, environ=environ),
         rendezvous=f"{address}:{port}",
     )
 
@@ -90,27 +88,24 @@ class HorovodEnvironment:
         address = os.environ.get("MASTER_ADDR") or os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") or "127.0.0.1"
         explicit_port = os.environ.get("MASTER_PORT", "")
         port = int(explicit_port) if explicit_port.isdigit() else derived_port(ranks.rendezvous)
-        return ClusterInfo(
-            world_size=ranks.world_size,
-            global_rank=ranks.global_rank,
-            local_rank=ranks.local_rank,
-            node_rank=ranks.node_rank,
-            main_address=address,
-            main_port=port,
-        )
+        return cluster_info_from(ranks, address, port)
 
     @hookimpl
     def environment_validate_settings(self, devices_per_node: int, num_nodes: int) -> None:
         ranks = read_ranks()
-        if ranks.local_size != devices_per_node:
-            raise ConfigurationError(
-                f"devices={devices_per_node} per node was requested, but horovodrun started {ranks.local_size} "
-                f"processes on this node. Leave devices='auto' (the launcher decides), pass "
-                f"devices={ranks.local_size}, or start horovodrun -np {devices_per_node * num_nodes}."
-            )
-        if ranks.world_size != devices_per_node * num_nodes:
-            raise ConfigurationError(
-                f"devices x num_nodes = {devices_per_node} x {num_nodes} = {devices_per_node * num_nodes} "
-                f"processes were requested, but horovodrun started {ranks.world_size}. Pass "
-                f"num_nodes={ranks.num_nodes}, or start horovodrun -np {devices_per_node * num_nodes}."
-            )
+        processes = devices_per_node * num_nodes
+        check_layout(
+            devices_per_node,
+            num_nodes,
+            per_node=Launched(
+                ranks.local_size,
+                f"horovodrun started {ranks.local_size} processes on this node",
+                f"Leave devices='auto' (the launcher decides), pass devices={ranks.local_size}, or start "
+                f"horovodrun -np {processes}.",
+            ),
+            world_size=Launched(
+                ranks.world_size,
+                f"horovodrun started {ranks.world_size}",
+                f"Pass num_nodes={ranks.num_nodes}, or start horovodrun -np {processes}.",
+            ),
+        )

@@ -15,8 +15,8 @@ from typing import Final
 
 import attrs
 
-from core import ClusterInfo, ConfigurationError, hookimpl
-from core.toolkit import read_whole
+from core import ClusterInfo, hookimpl
+from core.toolkit import Launched, LauncherVariables, check_layout, cluster_info_from
 
 GLOBAL_RANK: Final = "CORE_RAY_GLOBAL_RANK"
 WORLD_SIZE: Final = "CORE_RAY_WORLD_SIZE"
@@ -25,6 +25,13 @@ LOCAL_WORLD_SIZE: Final = "CORE_RAY_LOCAL_WORLD_SIZE"
 NODE_RANK: Final = "CORE_RAY_NODE_RANK"
 RANK_VARIABLES: Final = (GLOBAL_RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, "MASTER_ADDR", "MASTER_PORT")
 """What the launcher sets in every actor before its rank runs; all of them mark a process as a Ray rank."""
+RAY_LAUNCHER: Final = LauncherVariables(
+    launcher="Ray actor",
+    malformed="the 'ray' launcher sets it in every actor it starts. Run the job through plugins=['ray'] rather than "
+    "setting CORE_RAY_* variables by hand.",
+    unset="{name} is not set; the 'ray' launcher sets it in every actor it starts. Run the job through "
+    "plugins=['ray'] rather than setting CORE_RAY_* variables by hand.",
+)
 
 
 @attrs.frozen
@@ -61,25 +68,17 @@ class RayRank:
         }
 
 
-def _whole(environ: Mapping[str, str], name: str) -> int:
-    return read_whole(
-        name, environ.get(name, ""), source="Ray actor",
-        hint="the 'ray' launcher sets it in every actor it starts. Run the job through plugins=['ray'] rather than "
-        "setting CORE_RAY_* variables by hand.",
-    )
-
-
 def read_rank(environ: Mapping[str, str] | None = None) -> RayRank:
     """The rank the launcher gave this actor; :class:`core.ConfigurationError` when a variable is malformed."""
     environ = os.environ if environ is None else environ
     return RayRank(
-        global_rank=_whole(environ, GLOBAL_RANK),
-        world_size=_whole(environ, WORLD_SIZE),
-        local_rank=_whole(environ, LOCAL_RANK),
-        local_world_size=_whole(environ, LOCAL_WORLD_SIZE),
-        node_rank=_whole(environ, NODE_RANK),
+        global_rank=RAY_LAUNCHER.read(GLOBAL_RANK, environ=environ),
+        world_size=RAY_LAUNCHER.read(WORLD_SIZE, environ=environ),
+        local_rank=RAY_LAUNCHER.read(LOCAL_RANK, environ=environ),
+        local_world_size=RAY_LAUNCHER.read(LOCAL_WORLD_SIZE, environ=environ),
+        node_rank=RAY_LAUNCHER.read(NODE_RANK, environ=environ),
         main_address=environ.get("MASTER_ADDR", ""),
-        main_port=_whole(environ, "MASTER_PORT"),
+        main_port=RAY_LAUNCHER.read("MASTER_PORT", environ=environ),
     )
 
 
@@ -110,22 +109,24 @@ class RayWorkerEnvironment:
     @hookimpl
     def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> ClusterInfo:
         rank = read_rank()
-        return ClusterInfo(
-            world_size=rank.world_size,
-            global_rank=rank.global_rank,
-            local_rank=rank.local_rank,
-            node_rank=rank.node_rank,
-            main_address=rank.main_address,
-            main_port=rank.main_port,
-        )
+        return cluster_info_from(rank, rank.main_address, rank.main_port)
 
     @hookimpl
     def environment_validate_settings(self, devices_per_node: int, num_nodes: int) -> None:
         rank = read_rank()
-        if (rank.local_world_size, rank.num_nodes) != (devices_per_node, num_nodes):
-            raise ConfigurationError(
-                f"devices={devices_per_node} x num_nodes={num_nodes} was resolved in this Ray actor, but the 'ray' "
-                f"launcher started {rank.local_world_size} actor(s) per node on {rank.num_nodes} node(s) "
-                f"({rank.world_size} in all). The actor resolves the same Lite settings as the launching process: "
-                f"pass devices={rank.local_world_size}, num_nodes={rank.num_nodes} explicitly rather than 'auto'."
-            )
+        fix = (
+            f"The actor resolves the same Lite settings as the launching process: pass "
+            f"devices={rank.local_world_size}, num_nodes={rank.num_nodes} explicitly rather than 'auto'."
+        )
+        check_layout(
+            devices_per_node,
+            num_nodes,
+            per_node=Launched(
+                rank.local_world_size, f"the 'ray' launcher started {rank.local_world_size} actor(s) per node", fix
+            ),
+            nodes=Launched(
+                rank.num_nodes,
+                f"the 'ray' launcher started actors on {rank.num_nodes} node(s) ({rank.world_size} in all)",
+                fix,
+            ),
+        )

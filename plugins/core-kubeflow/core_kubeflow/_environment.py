@@ -12,29 +12,18 @@ every such job away from the right environment. Select it with ``plugins=["kubef
 
 from __future__ import annotations
 
-import os
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
-from core.toolkit import read_whole
+from core.toolkit import LauncherVariables
 
 REQUIRED: Final = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
-
-
-def _require(name: str) -> str:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        raise ConfigurationError(
-            f"{name} is not set, but the 'kubeflow' environment reads it from the PyTorchJob pod "
-            f"(it needs {', '.join(REQUIRED)}). Run inside a Kubeflow PyTorchJob, or pick another environment."
-        )
-    return raw
-
-
-def _read_int(name: str, default: int | None = None) -> int:
-    if default is not None and not os.environ.get(name, "").strip():
-        return default
-    return read_whole(name, _require(name), source="Kubeflow", hint="the PyTorchJob operator sets it to one.")
+OPERATOR: Final = LauncherVariables(
+    launcher="Kubeflow",
+    malformed="the PyTorchJob operator sets it to one.",
+    unset=f"{{name}} is not set, but the 'kubeflow' environment reads it from the PyTorchJob pod (it needs "
+    f"{', '.join(REQUIRED)}). Run inside a Kubeflow PyTorchJob, or pick another environment.",
+)
 
 
 class KubeflowEnvironment:
@@ -54,19 +43,18 @@ class KubeflowEnvironment:
 
     @hookimpl
     def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> ClusterInfo:
-        rank = _read_int("RANK")
-        return ClusterInfo(
-            world_size=_read_int("WORLD_SIZE"),
-            global_rank=rank,
-            local_rank=_read_int("LOCAL_RANK", default=0),
-            node_rank=rank,
-            main_address=_require("MASTER_ADDR"),
-            main_port=_read_int("MASTER_PORT"),
+        return OPERATOR.cluster_info(
+            world_size="WORLD_SIZE",
+            global_rank="RANK",
+            local_rank=OPERATOR.read("LOCAL_RANK", 0),
+            node_rank="RANK",  # each pod is a node
+            main_address=OPERATOR.read_text("MASTER_ADDR"),
+            main_port="MASTER_PORT",
         )
 
     @hookimpl
     def environment_validate_settings(self, devices_per_node: int, num_nodes: int) -> None:
-        pods = _read_int("WORLD_SIZE")
+        pods = OPERATOR.read("WORLD_SIZE")
         if devices_per_node != 1 or num_nodes != pods:
             raise ConfigurationError(
                 f"devices={devices_per_node} x num_nodes={num_nodes} was requested, but this PyTorchJob has "

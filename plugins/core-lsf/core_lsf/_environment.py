@@ -20,21 +20,18 @@ from pathlib import Path
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
-from core.toolkit import ExportedVariables, read_whole
+from core.toolkit import ExportedVariables, Launched, LauncherVariables, check_layout
 
 DETECTION_VARIABLES: Final = ("LSB_JOBID", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK")
 HOST_SOURCES: Final = ("LSB_DJOB_RANKFILE", "LSB_MCPU_HOSTS", "LSB_HOSTS")
 PORT_BASE: Final = 10000
-
-
-def _read_int(name: str) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        raise ConfigurationError(
-            f"{name} is not set, but the 'lsf' environment reads it from jsrun. Start the script with "
-            f"`jsrun ... python script.py` inside the LSF job, or pick another environment."
-        )
-    return read_whole(name, raw, source="LSF", hint="jsrun sets it to one.")
+JSRUN: Final = LauncherVariables(
+    launcher="LSF",
+    malformed="jsrun sets it to one.",
+    unset="{name} is not set, but the 'lsf' environment reads it from jsrun. Start the script with "
+    "`jsrun ... python script.py` inside the LSF job, or pick another environment.",
+)
+RENDEZVOUS: Final = LauncherVariables(launcher="environment", malformed="set MASTER_PORT to a port every task shares.")
 
 
 def _unique(hosts: list[str]) -> list[str]:
@@ -69,13 +66,8 @@ def compute_hosts() -> list[str]:
 
 
 def main_port() -> int:
-    explicit = os.environ.get("MASTER_PORT", "").strip()
-    if explicit:
-        try:
-            return int(explicit)
-        except ValueError:
-            raise ConfigurationError(f"MASTER_PORT={explicit!r} is not a port number.") from None
-    return PORT_BASE + _read_int("LSB_JOBID") % 1000
+    explicit = RENDEZVOUS.read_if_set("MASTER_PORT")
+    return explicit if explicit is not None else PORT_BASE + JSRUN.read("LSB_JOBID") % 1000
 
 
 class LSFEnvironment:
@@ -116,10 +108,10 @@ class LSFEnvironment:
         address, port = hosts[0], main_port()
         self._exported.set("MASTER_ADDR", address)
         self._exported.set("MASTER_PORT", str(port))
-        return ClusterInfo(
-            world_size=_read_int("JSM_NAMESPACE_SIZE"),
-            global_rank=_read_int("JSM_NAMESPACE_RANK"),
-            local_rank=_read_int("JSM_NAMESPACE_LOCAL_RANK"),
+        return JSRUN.cluster_info(
+            world_size="JSM_NAMESPACE_SIZE",
+            global_rank="JSM_NAMESPACE_RANK",
+            local_rank="JSM_NAMESPACE_LOCAL_RANK",
             node_rank=node_rank,
             main_address=address,
             main_port=port,
@@ -127,19 +119,22 @@ class LSFEnvironment:
 
     @hookimpl
     def environment_validate_settings(self, devices_per_node: int, num_nodes: int) -> None:
-        world_size = _read_int("JSM_NAMESPACE_SIZE")
-        nodes = len(compute_hosts())
-        if nodes != num_nodes:
-            raise ConfigurationError(
-                f"num_nodes={num_nodes} was requested, but the LSF job has {nodes} compute node(s) "
-                f"({', '.join(compute_hosts())}). Make them agree: num_nodes={nodes}, or bsub -nnodes {num_nodes}."
-            )
-        if world_size != devices_per_node * num_nodes:
-            raise ConfigurationError(
-                f"devices x num_nodes = {devices_per_node} x {num_nodes} = {devices_per_node * num_nodes} "
-                f"processes were requested, but jsrun started JSM_NAMESPACE_SIZE={world_size} tasks. Make them "
-                f"agree, for example jsrun --nrs {num_nodes} --tasks_per_rs {devices_per_node}."
-            )
+        world_size = JSRUN.read("JSM_NAMESPACE_SIZE")
+        hosts = compute_hosts()
+        check_layout(
+            devices_per_node,
+            num_nodes,
+            nodes=Launched(
+                len(hosts),
+                f"the LSF job has {len(hosts)} compute node(s) ({', '.join(hosts)})",
+                f"Make them agree: num_nodes={len(hosts)}, or bsub -nnodes {num_nodes}.",
+            ),
+            world_size=Launched(
+                world_size,
+                f"jsrun started JSM_NAMESPACE_SIZE={world_size} tasks",
+                f"Make them agree, for example jsrun --nrs {num_nodes} --tasks_per_rs {devices_per_node}.",
+            ),
+        )
 
     @hookimpl
     def environment_teardown(self) -> None:

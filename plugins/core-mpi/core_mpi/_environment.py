@@ -16,11 +16,12 @@ import os
 from typing import Final
 
 from core import ClusterInfo, ConfigurationError, hookimpl
-from core.toolkit import ExportedVariables
+from core.toolkit import ExportedVariables, Launched, LauncherVariables, check_layout, cluster_info_from
 
 from ._variables import MPIRanks, detect_flavour, hnp_address, read_ranks, rendezvous_port
 
 LOOPBACK: Final = "127.0.0.1"
+RENDEZVOUS: Final = LauncherVariables(launcher="environment", malformed="set MASTER_PORT to a port every rank shares.")
 
 
 def main_address(ranks: MPIRanks) -> str:
@@ -40,12 +41,9 @@ def main_address(ranks: MPIRanks) -> str:
 
 
 def main_port(ranks: MPIRanks) -> int:
-    explicit = os.environ.get("MASTER_PORT", "").strip()
-    if explicit:
-        try:
-            return int(explicit)
-        except ValueError:
-            raise ConfigurationError(f"MASTER_PORT={explicit!r} is not a port number.") from None
+    explicit = RENDEZVOUS.read_if_set("MASTER_PORT")
+    if explicit is not None:
+        return explicit
     if ranks.job_id is None:
         raise ConfigurationError(
             f"{ranks.flavour} set no job identifier to derive a shared port from. Export one to every rank: "
@@ -78,30 +76,25 @@ class MPIEnvironment:
         address, port = main_address(ranks), main_port(ranks)
         self._exported.set("MASTER_ADDR", address)
         self._exported.set("MASTER_PORT", str(port))
-        return ClusterInfo(
-            world_size=ranks.world_size,
-            global_rank=ranks.global_rank,
-            local_rank=ranks.local_rank,
-            node_rank=ranks.node_rank,
-            main_address=address,
-            main_port=port,
-        )
+        return cluster_info_from(ranks, address, port)
 
     @hookimpl
     def environment_validate_settings(self, devices_per_node: int, num_nodes: int) -> None:
         ranks = read_ranks()
-        if ranks.local_size != devices_per_node:
-            raise ConfigurationError(
-                f"devices={devices_per_node} per node was requested, but {ranks.flavour} started "
-                f"{ranks.local_size} processes on this node. Make them agree: devices={ranks.local_size}, or "
-                f"mpirun --npernode {devices_per_node}."
-            )
-        if ranks.world_size != devices_per_node * num_nodes:
-            raise ConfigurationError(
-                f"devices x num_nodes = {devices_per_node} x {num_nodes} = {devices_per_node * num_nodes} "
-                f"processes were requested, but {ranks.flavour} started {ranks.world_size}. Make them agree: "
-                f"num_nodes={ranks.num_nodes}, or mpirun -n {devices_per_node * num_nodes}."
-            )
+        check_layout(
+            devices_per_node,
+            num_nodes,
+            per_node=Launched(
+                ranks.local_size,
+                f"{ranks.flavour} started {ranks.local_size} processes on this node",
+                f"Make them agree: devices={ranks.local_size}, or mpirun --npernode {devices_per_node}.",
+            ),
+            world_size=Launched(
+                ranks.world_size,
+                f"{ranks.flavour} started {ranks.world_size}",
+                f"Make them agree: num_nodes={ranks.num_nodes}, or mpirun -n {devices_per_node * num_nodes}.",
+            ),
+        )
 
     @hookimpl
     def environment_teardown(self) -> None:

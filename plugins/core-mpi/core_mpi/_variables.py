@@ -27,7 +27,7 @@ from typing import Final
 import attrs
 
 from core import ConfigurationError
-from core.toolkit import read_whole
+from core.toolkit import LauncherVariables
 
 
 @attrs.frozen
@@ -40,6 +40,15 @@ class Flavour:
     local_rank: str
     local_size: str
     job_ids: tuple[str, ...]
+
+    @property
+    def variables(self) -> LauncherVariables:
+        """How its variables are read: errors name the flavour and say that mpirun sets them."""
+        return LauncherVariables(
+            launcher=self.name,
+            malformed="mpirun sets it to one.",
+            unset="{name} is not set; mpirun sets it in every rank it starts.",
+        )
 
 
 FLAVOURS: Final = (
@@ -75,10 +84,6 @@ class MPIRanks:
         return -(-self.world_size // self.local_size)
 
 
-def _int(environ: Mapping[str, str], name: str, flavour: str) -> int:
-    return read_whole(name, environ.get(name, ""), source=flavour, hint="mpirun sets it to one.")
-
-
 def detect_flavour(environ: Mapping[str, str] | None = None) -> Flavour | None:
     """The MPI implementation that started this process, from its world-size variable, or ``None``."""
     environ = os.environ if environ is None else environ
@@ -95,11 +100,12 @@ def read_ranks(environ: Mapping[str, str] | None = None) -> MPIRanks:
             f"None of {names} is set, so no MPI launcher started this process. Start it with "
             f"`mpirun -n N python script.py`, or pick another environment."
         )
-    world_size = _int(environ, flavour.size, flavour.name)
-    global_rank = _int(environ, flavour.rank, flavour.name)
+    variables = flavour.variables
+    world_size = variables.read(flavour.size, environ=environ)
+    global_rank = variables.read(flavour.rank, environ=environ)
     if flavour.local_rank in environ and flavour.local_size in environ:
-        local_rank = _int(environ, flavour.local_rank, flavour.name)
-        local_size = _int(environ, flavour.local_size, flavour.name)
+        local_rank = variables.read(flavour.local_rank, environ=environ)
+        local_size = variables.read(flavour.local_size, environ=environ)
     else:
         # A launcher that says nothing about nodes: one node (the common Hydra case without MPI_LOCALRANKID).
         local_rank, local_size = global_rank, world_size

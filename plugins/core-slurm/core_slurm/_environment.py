@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from core import ClusterInfo, ConfigurationError, CoreWarning, hookimpl
-from core.toolkit import ExportedVariables, read_whole
+from core.toolkit import ExportedVariables, Launched, LauncherVariables, check_layout
 
 from ._hostlist import first_host
 from ._requeue import RequeueCallback, RequeueHandler
@@ -33,24 +33,12 @@ from ._requeue import RequeueCallback, RequeueHandler
 INTERACTIVE_JOB_NAMES: Final = ("bash", "interactive")
 PORT_BASE: Final = 15000
 DEFAULT_ADDRESS: Final = "127.0.0.1"
-
-
-def _read_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    return read_whole(name, raw, source="SLURM", hint="SLURM sets it to one. Unset it, or run the script under srun.")
-
-
-def _require_int(name: str) -> int:
-    value = _read_int(name)
-    if value is None:
-        raise ConfigurationError(
-            f"{name} is not set, so this process was not started by srun. The 'slurm' environment reads the "
-            f"ranks that srun gives each task: run `srun python script.py` inside the allocation, or pick "
-            f"another environment."
-        )
-    return value
+SLURM: Final = LauncherVariables(
+    launcher="SLURM",
+    malformed="SLURM sets it to one. Unset it, or run the script under srun.",
+    unset="{name} is not set, so this process was not started by srun. The 'slurm' environment reads the ranks "
+    "that srun gives each task: run `srun python script.py` inside the allocation, or pick another environment.",
+)
 
 
 def is_interactive() -> bool:
@@ -93,7 +81,7 @@ def main_address() -> str:
 
 def main_port() -> int:
     """``MASTER_PORT`` when set; else 15000 plus the last four digits of the job id (15000 to 24999)."""
-    explicit = _read_int("MASTER_PORT")
+    explicit = SLURM.read_if_set("MASTER_PORT")
     if explicit is not None:
         return explicit
     job_id = os.environ.get("SLURM_JOB_ID", "")
@@ -173,7 +161,7 @@ class SLURMEnvironment:
 
     def requeue(self) -> None:
         """Run the callback here and, on global rank 0, requeue the job (a deferred loop calls this)."""
-        handler = self.requeue_handler or RequeueHandler(_read_int("SLURM_PROCID") or 0, self.requeue_signal)
+        handler = self.requeue_handler or RequeueHandler(SLURM.read("SLURM_PROCID", 0), self.requeue_signal)
         handler.callback = self._callback
         handler.run()
 
@@ -182,7 +170,7 @@ class SLURMEnvironment:
         if not self.auto_requeue:
             return None
         if self.requeue_handler is None:
-            self.requeue_handler = RequeueHandler(_read_int("SLURM_PROCID") or 0, self.requeue_signal)
+            self.requeue_handler = RequeueHandler(SLURM.read("SLURM_PROCID", 0), self.requeue_signal)
         self.requeue_handler.callback, self.requeue_handler.deferred = self._callback, self._deferred
         self.requeue_handler.install()
         return self.requeue_handler
@@ -208,11 +196,11 @@ class SLURMEnvironment:
         address, port = main_address(), main_port()
         self._exported.set("MASTER_ADDR", address)
         self._exported.set("MASTER_PORT", str(port))
-        return ClusterInfo(
-            world_size=_require_int("SLURM_NTASKS"),
-            global_rank=_require_int("SLURM_PROCID"),
-            local_rank=_require_int("SLURM_LOCALID"),
-            node_rank=_require_int("SLURM_NODEID"),
+        return SLURM.cluster_info(
+            world_size="SLURM_NTASKS",
+            global_rank="SLURM_PROCID",
+            local_rank="SLURM_LOCALID",
+            node_rank="SLURM_NODEID",
             main_address=address,
             main_port=port,
         )
@@ -220,32 +208,34 @@ class SLURMEnvironment:
     @hookimpl
     def environment_validate_settings(self, devices_per_node: int, num_nodes: int) -> None:
         _warn_if_srun_unused()
-        ntasks = _require_int("SLURM_NTASKS")
+        ntasks = SLURM.read("SLURM_NTASKS")
         if ntasks > 1 and not started_by_srun():
             raise ConfigurationError(
                 f"SLURM allocated SLURM_NTASKS={ntasks} tasks, but this process was not started by srun, so it "
                 f"is the only one and the others would wait for it forever. Start the script with "
                 f"`srun python script.py` in the batch script."
             )
-        per_node = _read_int("SLURM_NTASKS_PER_NODE")
-        if per_node is not None and per_node != devices_per_node:
-            raise ConfigurationError(
-                f"devices={devices_per_node} per node was requested, but SLURM runs {per_node} tasks per node "
-                f"(--ntasks-per-node={per_node}). Make them agree: devices={per_node}, or "
-                f"--ntasks-per-node={devices_per_node}."
-            )
-        nodes = _read_int("SLURM_NNODES") or _read_int("SLURM_JOB_NUM_NODES")
-        if nodes is not None and nodes != num_nodes:
-            raise ConfigurationError(
-                f"num_nodes={num_nodes} was requested, but the SLURM job has {nodes} node(s) (--nodes={nodes}). "
-                f"Make them agree: num_nodes={nodes}, or --nodes={num_nodes}."
-            )
-        if ntasks != devices_per_node * num_nodes:
-            raise ConfigurationError(
-                f"devices x num_nodes = {devices_per_node} x {num_nodes} = {devices_per_node * num_nodes} "
-                f"processes were requested, but SLURM started SLURM_NTASKS={ntasks} tasks. Make them agree, "
-                f"for example --nodes={num_nodes} --ntasks-per-node={devices_per_node}."
-            )
+        per_node = SLURM.read_if_set("SLURM_NTASKS_PER_NODE")
+        nodes = SLURM.read_if_set("SLURM_NNODES") or SLURM.read_if_set("SLURM_JOB_NUM_NODES")
+        check_layout(
+            devices_per_node,
+            num_nodes,
+            per_node=Launched(
+                per_node,
+                f"SLURM runs {per_node} tasks per node (--ntasks-per-node={per_node})",
+                f"Make them agree: devices={per_node}, or --ntasks-per-node={devices_per_node}.",
+            ),
+            nodes=Launched(
+                nodes,
+                f"the SLURM job has {nodes} node(s) (--nodes={nodes})",
+                f"Make them agree: num_nodes={nodes}, or --nodes={num_nodes}.",
+            ),
+            world_size=Launched(
+                ntasks,
+                f"SLURM started SLURM_NTASKS={ntasks} tasks",
+                f"Make them agree, for example --nodes={num_nodes} --ntasks-per-node={devices_per_node}.",
+            ),
+        )
 
     @hookimpl
     def environment_teardown(self) -> None:
