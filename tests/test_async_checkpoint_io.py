@@ -28,11 +28,11 @@ class Gate:
         self.started = threading.Event()
         real = async_checkpoint_io.atomic_torch_save
 
-        def gated(checkpoint: Any, path: Any, storage_options: Any = None) -> None:
+        def gated(checkpoint: Any, path: Any, storage_options: Any = None, **options: Any) -> None:
             self.started.set()
             if not self.opened.wait(timeout=30):
                 raise TimeoutError("the test never opened the gate")
-            real(checkpoint, path, storage_options)
+            real(checkpoint, path, storage_options, **options)
 
         monkeypatch.setattr(async_checkpoint_io, "atomic_torch_save", gated)
 

@@ -166,11 +166,11 @@ def test_with_async_the_marker_is_written_after_the_state(tmp_path: Path, monkey
     opened, started = threading.Event(), threading.Event()
     real = async_checkpoint_io.atomic_torch_save
 
-    def gated(checkpoint: Any, path: Any, storage_options: Any = None) -> None:
+    def gated(checkpoint: Any, path: Any, storage_options: Any = None, **options: Any) -> None:
         if str(path).endswith("checkpoint.pt"):
             started.set()
             assert opened.wait(timeout=30)
-        real(checkpoint, path, storage_options)
+        real(checkpoint, path, storage_options, **options)
 
     monkeypatch.setattr(async_checkpoint_io, "atomic_torch_save", gated)
     step_directory = tmp_path / "step-000000002"

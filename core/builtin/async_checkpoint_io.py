@@ -47,8 +47,8 @@ class AsyncCheckpointIO(TorchCheckpointIO):
 
     name: Final = "async"  # type: ignore[misc]
 
-    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
-        super().__init__(storage_options)
+    def __init__(self, storage_options: dict[str, Any] | None = None, checksums: bool = True) -> None:
+        super().__init__(storage_options, checksums)
         self._executor: ThreadPoolExecutor | None = None
         self._pending: deque[tuple[str, Future[None]]] = deque()
         self._lock = threading.Lock()
@@ -87,7 +87,7 @@ class AsyncCheckpointIO(TorchCheckpointIO):
         options = self._options(path, storage_options)
         self.wait()
         copied = snapshot(checkpoint)
-        self._submit(f"save to {path!r}", lambda: atomic_torch_save(copied, path, options))
+        self._submit(f"save to {path!r}", lambda: atomic_torch_save(copied, path, options, checksum=self.checksums))
 
     @hookimpl
     def checkpoint_io_load(self, path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:

@@ -40,13 +40,19 @@ class TorchCheckpointIO:
     """One file per checkpoint through ``torch.save`` / ``torch.load``, on local disk or through ``fsspec``.
 
     :param storage_options: ``fsspec`` filesystem options used for every URL this plugin reads or writes.
+    :param checksums: Seal an xxHash checksum into every file written and verify it on load, so that a flipped bit
+        is a :class:`core.CheckpointError` naming the tensor rather than a silently changed value (about 6 GB/s of
+        hashing; ``False`` skips both).
     """
 
     kind: Final = "checkpoint_io"
     name: Final = "torch"
 
-    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, storage_options: dict[str, Any] | None = None, checksums: bool = True) -> None:
+        if not isinstance(checksums, bool):
+            raise ConfigurationError(f"{type(self).__name__}(checksums={checksums!r}): expected True or False.")
         self.storage_options = storage_options
+        self.checksums = checksums
 
     def _options(self, path: str, storage_options: Any | None) -> dict[str, Any] | None:
         given = _check_options(path, storage_options, self.name)
@@ -56,11 +62,11 @@ class TorchCheckpointIO:
 
     @hookimpl
     def checkpoint_io_save(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
-        atomic_torch_save(checkpoint, path, self._options(path, storage_options))
+        atomic_torch_save(checkpoint, path, self._options(path, storage_options), checksum=self.checksums)
 
     @hookimpl
     def checkpoint_io_load(self, path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:
-        return safe_torch_load(path, map_location, weights_only, self._options(path, None))
+        return safe_torch_load(path, map_location, weights_only, self._options(path, None), verify=self.checksums)
 
     @hookimpl
     def checkpoint_io_remove(self, path: str) -> None:

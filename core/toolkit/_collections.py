@@ -8,7 +8,7 @@ whose ``_metadata`` attribute holds the modules' version numbers, which ``load_s
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -42,3 +42,16 @@ def _walk(data: Any, function: Callable[[torch.Tensor], Any], mapped: dict[int, 
     if isinstance(data, (list, tuple)):
         return type(data)(_walk(value, function, mapped) for value in data)
     return data
+
+
+def named_tensors(data: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of a nested value with its dotted path (``"model.0.weight"``, ``"optimizer.state.0.exp_avg"``),
+    in the order :func:`apply_to_tensors` visits them (a tensor reachable twice is named twice)."""
+    if isinstance(data, torch.Tensor):
+        yield prefix, data
+    elif isinstance(data, Mapping):
+        for key, value in data.items():
+            yield from named_tensors(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(data, (list, tuple)):
+        for index, value in enumerate(data):
+            yield from named_tensors(value, f"{prefix}.{index}" if prefix else str(index))

@@ -12,19 +12,45 @@ from typing import IO, Any, Final
 
 import torch
 
-from core._errors import CheckpointError
+from core._errors import CheckpointError, CoreError
 from core.toolkit import _storage
+from core.toolkit._checksums import ChecksumWriter, verify_file
 
 
 def atomic_torch_save(
-    checkpoint: Any, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+    checkpoint: Any,
+    path: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None = None,
+    *,
+    checksum: bool = True,
 ) -> None:
-    """``torch.save`` to ``path`` (a local path or an fsspec URL) so readers see the old or the whole new file."""
+    """``torch.save`` to ``path`` (a local path or an fsspec URL) so readers see the old or the whole new file.
+
+    With ``checksum`` (the default) the file carries an xxHash checksum of its bytes in the zip archive's comment,
+    which :func:`safe_torch_load` verifies; plain ``torch.load`` reads the file all the same. An object that
+    cannot be saved (``torch.save`` cannot pickle it) raises :class:`core.CheckpointError`, and the previous file
+    at ``path`` is untouched.
+    """
+    where = os.fspath(path)
 
     def write(handle: IO[bytes]) -> None:
-        torch.save(checkpoint, handle)
+        if not checksum:
+            torch.save(checkpoint, handle)
+            return
+        writer = ChecksumWriter(handle)
+        torch.save(checkpoint, writer)  # type: ignore[arg-type]  # a write-only binary file is all it needs
+        writer.seal()
 
-    _storage.atomic_write(os.fspath(path), write, storage_options)
+    try:
+        _storage.atomic_write(where, write, storage_options)
+    except (CoreError, OSError):
+        raise
+    except Exception as error:  # torch.save's pickling failures: AttributeError, TypeError, PicklingError, ...
+        raise CheckpointError(
+            f"The checkpoint could not be saved to {where!r}: {type(error).__name__}: {_first_line(error)}. Nothing "
+            f"was written there (a previous checkpoint at that path is untouched); save only tensors, containers and "
+            f"plain values, or objects torch.save can pickle (not local functions or classes, lambdas, open files)."
+        ) from error
 
 
 def _refused(where: str, error: pickle.UnpicklingError) -> CheckpointError:
@@ -62,15 +88,21 @@ def _not_a_checkpoint(source: IO[bytes] | str, where: str) -> CheckpointError | 
     )
 
 
-def torch_load_from(source: IO[bytes] | str, where: str, map_location: Any, weights_only: bool) -> Any:
+def torch_load_from(
+    source: IO[bytes] | str, where: str, map_location: Any, weights_only: bool, *, verify: bool = True
+) -> Any:
     """``torch.load`` from a file or a local path, failures turned into :class:`CheckpointError` naming ``where``.
 
-    A file that does not start like a ``torch.save`` file is reported as not a checkpoint; a damaged one as
-    corrupt or truncated; one that asks to run code (with ``weights_only``) as refused.
+    A file that does not start like a ``torch.save`` file is reported as not a checkpoint; one whose checksum
+    (written by :func:`atomic_torch_save`) does not match its bytes as corrupt, naming the changed tensors, before
+    anything is unpickled (``verify=False`` skips the check); a damaged one without a checksum as corrupt or
+    truncated; one that asks to run code (with ``weights_only``) as refused.
     """
     foreign = _not_a_checkpoint(source, where)
     if foreign is not None:
         raise foreign
+    if verify:
+        _verify(source, where, weights_only)
     try:
         return torch.load(source, map_location=map_location, weights_only=weights_only)
     except pickle.UnpicklingError as error:
@@ -83,6 +115,19 @@ def torch_load_from(source: IO[bytes] | str, where: str, map_location: Any, weig
         ) from error
 
 
+def _verify(source: IO[bytes] | str, where: str, weights_only: bool) -> None:
+    def load(handle: IO[bytes]) -> Any:
+        return torch.load(handle, map_location="cpu", weights_only=weights_only)
+
+    if isinstance(source, str):
+        with open(source, "rb") as handle:
+            verify_file(handle, where, load)
+    else:
+        position = source.tell()
+        verify_file(source, where, load)
+        source.seek(position)
+
+
 def _first_line(error: BaseException) -> str:
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
@@ -93,8 +138,13 @@ def safe_torch_load(
     map_location: Any,
     weights_only: bool,
     storage_options: dict[str, Any] | None = None,
+    *,
+    verify: bool = True,
 ) -> Any:
-    """``torch.load`` whose failures are :class:`CheckpointError` naming the file and the way out."""
+    """``torch.load`` whose failures are :class:`CheckpointError` naming the file and the way out.
+
+    The file's checksum is verified first when it has one (see :func:`torch_load_from`; ``verify=False`` skips it).
+    """
     where = os.fspath(path)
     local = _storage.local_path(where)
     if local is not None:
@@ -105,11 +155,11 @@ def safe_torch_load(
             )
         if not local.is_file():
             raise CheckpointError(f"No checkpoint at {where!r}: the file does not exist.")
-        return torch_load_from(str(local), where, map_location, weights_only)
+        return torch_load_from(str(local), where, map_location, weights_only, verify=verify)
     try:
         with _storage.open_for_reading(where, storage_options) as handle:
             # Read whole: torch.load seeks, which is slow or unsupported on some remote streams.
             content = io.BytesIO(handle.read())
     except FileNotFoundError:
         raise CheckpointError(f"No checkpoint at {where!r}: the file does not exist.") from None
-    return torch_load_from(content, where, map_location, weights_only)
+    return torch_load_from(content, where, map_location, weights_only, verify=verify)

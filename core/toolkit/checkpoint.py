@@ -7,11 +7,17 @@ has ``state_dict`` / ``load_state_dict``; :data:`PRECISION_KEY` is where the pre
 :func:`atomic_torch_save` writes ``torch.save`` through a temporary file, fsync and rename (local paths) or a
 single upload (fsspec URLs), so a reader never sees half a checkpoint; :func:`safe_torch_load` and
 :func:`torch_load_from` load with ``weights_only`` and turn torch's unpickling errors into
-:class:`core.CheckpointError` naming the file and the way out.
+:class:`core.CheckpointError` naming the file and the way out. The files :func:`atomic_torch_save` writes carry an
+xxHash checksum of their bytes (in the zip archive's comment, so plain ``torch.load`` still reads them), which the
+loaders verify before unpickling: a flipped bit is an error naming the file and the tensor, never a changed value.
+
+:func:`seal_directory` does the same for a checkpoint written as a directory (a checksum file listing each file's
+digest, and each tensor's byte range where the writer knows it); :func:`verify_directory` checks it.
 """
 
 from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, to_checkpoint
 from core.toolkit._checkpoint_state import restore as restore_state
+from core.toolkit._checksums import seal_directory, verify_directory
 from core.toolkit._torch_files import atomic_torch_save, safe_torch_load, torch_load_from
 
 __all__ = [
@@ -20,6 +26,8 @@ __all__ = [
     "is_stateful",
     "restore_state",
     "safe_torch_load",
+    "seal_directory",
     "to_checkpoint",
     "torch_load_from",
+    "verify_directory",
 ]

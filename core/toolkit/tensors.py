@@ -2,11 +2,12 @@
 
 :func:`apply_to_tensors` maps a function over the tensors of nested dicts, lists, tuples and named tuples, keeping
 a mapping's attributes (a state dict's ``_metadata``) and mapping a tensor reachable twice once; it is the one
-walker the core and the first-party plugins use. :func:`hook_keys` and :func:`remove_added` record a module tree's
+walker the core and the first-party plugins use; :func:`named_tensors` lists the same tensors with their
+dotted paths, for messages. :func:`hook_keys` and :func:`remove_added` record a module tree's
 hooks before a wrapper is applied and remove what the wrapper added at teardown.
 """
 
-from core.toolkit._collections import apply_to_tensors
+from core.toolkit._collections import apply_to_tensors, named_tensors
 from core.toolkit._module_additions import hook_keys, remove_added
 
-__all__ = ["apply_to_tensors", "hook_keys", "remove_added"]
+__all__ = ["apply_to_tensors", "hook_keys", "named_tensors", "remove_added"]

@@ -36,11 +36,11 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from core import CheckpointError, ConfigurationError, CoreError, hookimpl
 from core.toolkit import local_path
-from core.toolkit.checkpoint import safe_torch_load
+from core.toolkit.checkpoint import safe_torch_load, seal_directory, verify_directory
 from core.toolkit.tensors import apply_to_tensors
 
-from ._layout import holds_dtensors, join, split
-from ._safe import METADATA_FILE, FullReadPlanner, SafeReader
+from ._layout import holds_dtensors, join, split, tensor_ranges
+from ._safe import METADATA_FILE, FullReadPlanner, SafeReader, read_metadata
 
 if TYPE_CHECKING:
     from core import ActiveSet
@@ -93,6 +93,11 @@ class DistributedCheckpointIO:
 
     :param thread_count: Writer threads per rank.
     :param sync_files: ``fsync`` every file before the checkpoint counts as written.
+    :param checksums: Write a checksum file (:func:`core.toolkit.checkpoint.seal_directory`: each file's xxHash
+        digest, and each tensor's) into every checkpoint, and verify it before loading, so that a flipped bit is a
+        :class:`core.CheckpointError` naming the file and the tensor. Rank 0 hashes the finished directory once (it
+        reads back the other ranks' files: on a shared filesystem of a multi-node job, that is a read of the whole
+        checkpoint); ``False`` skips writing and checking.
     """
 
     kind: Final = "checkpoint_io"
@@ -100,11 +105,14 @@ class DistributedCheckpointIO:
     writes_shards: Final = True
     """Strategies read this: every rank may call ``checkpoint_io_save`` with its shards of the state."""
 
-    def __init__(self, thread_count: int = 1, sync_files: bool = True) -> None:
+    def __init__(self, thread_count: int = 1, sync_files: bool = True, checksums: bool = True) -> None:
         if thread_count < 1:
             raise ConfigurationError(f"DistributedCheckpointIO(thread_count={thread_count!r}) must be >= 1.")
+        if not isinstance(checksums, bool):
+            raise ConfigurationError(f"DistributedCheckpointIO(checksums={checksums!r}): expected True or False.")
         self.thread_count = thread_count
         self.sync_files = sync_files
+        self.checksums = checksums
         self._active: ActiveSet | None = None
 
     @hookimpl
@@ -157,7 +165,8 @@ class DistributedCheckpointIO:
         try:
             with warnings.catch_warnings(), _translated("Saving", str(target)):
                 warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
-                dcp.save(flat, storage_writer=self._writer(partial), no_dist=True)
+                metadata = dcp.save(flat, storage_writer=self._writer(partial), no_dist=True)
+            self._seal(partial, metadata)
             _install(partial, target)
         finally:
             shutil.rmtree(partial, ignore_errors=True)
@@ -171,10 +180,15 @@ class DistributedCheckpointIO:
         self._barrier("distributed checkpoint: prepare")
         # Every rank writes its shards; the coordinator writes .metadata after all of them, then all return.
         with _translated("Saving", str(target)):
-            dcp.save(flat, storage_writer=self._writer(partial))
-        if dist.get_rank() == 0:
+            metadata = dcp.save(flat, storage_writer=self._writer(partial))
+        if dist.get_rank() == 0:  # every rank's files are complete: the coordinator wrote .metadata after them
+            self._seal(partial, metadata)
             _install(partial, target)
         self._barrier("distributed checkpoint: installed")
+
+    def _seal(self, directory: Path, metadata: Any) -> None:
+        if self.checksums:
+            seal_directory(directory, tensor_ranges(metadata))
 
     @hookimpl
     def checkpoint_io_load(self, path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:
@@ -182,19 +196,22 @@ class DistributedCheckpointIO:
         if not target.exists():
             raise CheckpointError(f"No checkpoint at {path!r}: the directory does not exist.")
         if target.is_file():  # a full checkpoint from the 'torch' checkpoint_io: loaded into a sharded run too
-            loaded: dict[str, Any] = safe_torch_load(target, map_location, weights_only)
+            loaded: dict[str, Any] = safe_torch_load(target, map_location, weights_only, verify=self.checksums)
             return loaded
         if not (target / METADATA_FILE).is_file():
             raise CheckpointError(
                 f"The distributed checkpoint {path!r} is incomplete: it has no {METADATA_FILE}, which is written "
                 f"last, so the save that made it was interrupted (or the directory is not a DCP checkpoint)."
             )
+        if self.checksums:
+            verify_directory(target, path)
+        metadata = read_metadata(str(target), weights_only)
         flat: dict[str, Any] = {}
         # The state is rebuilt from the metadata into ``flat`` itself; dcp.load would copy back only the keys
         # ``flat`` already had (none). torch's own dcp_to_torch_save reads this way.
         with warnings.catch_warnings(), _translated("Loading", path):
             warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
-            _load_state_dict(flat, storage_reader=SafeReader(str(target), weights_only),
+            _load_state_dict(flat, storage_reader=SafeReader(str(target), weights_only, metadata),
                              planner=FullReadPlanner(path, weights_only), no_dist=True)
         checkpoint = join(flat, path)
         if map_location is None:

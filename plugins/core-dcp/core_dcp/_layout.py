@@ -102,3 +102,24 @@ def holds_dtensors(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(holds_dtensors(item) for item in value)
     return False
+
+
+def tensor_ranges(metadata: Any) -> dict[str, list[tuple[str, int, int]]]:
+    """File name -> the (tensor, offset, length) byte ranges DCP wrote there, read from the save's metadata.
+
+    A sharded tensor has one range per shard it wrote (named ``model.weight[offset 0, 4]``); what is not a byte
+    range of a file (a metadata entry of another storage layout) is left out, so checking stays per file there.
+    """
+    ranges: dict[str, list[tuple[str, int, int]]] = {}
+    for index, info in (getattr(metadata, "storage_data", None) or {}).items():
+        relative_path, offset, length = (getattr(info, name, None) for name in ("relative_path", "offset", "length"))
+        if not (isinstance(relative_path, str) and isinstance(offset, int) and isinstance(length, int)):
+            continue
+        name = str(getattr(index, "fqn", index))
+        if name == SKELETON_KEY:
+            name = f"{SKELETON_KEY} (the checkpoint's values other than tensors)"
+        chunk = getattr(index, "offset", None)
+        if chunk is not None and any(chunk):
+            name = f"{name}[offset {', '.join(map(str, chunk))}]"
+        ranges.setdefault(relative_path, []).append((name, offset, length))
+    return ranges

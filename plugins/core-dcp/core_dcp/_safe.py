@@ -37,6 +37,10 @@ _ALLOWED: Final = {
 }
 
 
+class _Refused(pickle.UnpicklingError):
+    """The metadata names a class DCP never writes there: loading it could run code (not damage)."""
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module.startswith(_DCP_MODULES) or (module, name) in _ALLOWED:
@@ -44,7 +48,7 @@ class _MetadataUnpickler(pickle.Unpickler):
         value = getattr(torch, name, None) if module == "torch" else None
         if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
             return value
-        raise pickle.UnpicklingError(f"{module}.{name} is not a type DCP writes into its metadata")
+        raise _Refused(f"{module}.{name} is not a type DCP writes into its metadata")
 
 
 def read_metadata(path: str, weights_only: bool) -> Metadata:
@@ -53,31 +57,38 @@ def read_metadata(path: str, weights_only: bool) -> Metadata:
     with open(metadata_path, "rb") as handle:
         try:
             metadata = (_MetadataUnpickler(handle) if weights_only else pickle.Unpickler(handle)).load()
-        except pickle.UnpicklingError as error:
+        except _Refused as error:
             raise CheckpointError(
                 f"Refused to load {path!r}: its {METADATA_FILE} holds objects that are not DCP metadata ({error}), "
                 f"and loading them would run code from the file. Nothing from it was executed. If you trust the "
                 f"checkpoint, load it with weights_only=False."
             ) from None
-        except (EOFError, ValueError) as error:
-            raise CheckpointError(f"The distributed checkpoint {path!r} has a corrupt {METADATA_FILE}: {error}") from (
-                error
-            )
+        except Exception as error:  # truncated or damaged bytes: pickle raises whatever its opcode parser hits
+            raise CheckpointError(
+                f"The distributed checkpoint {path!r} has a corrupt or truncated {METADATA_FILE} "
+                f"({type(error).__name__}: {error}); it cannot be read with or without weights_only. Restore the "
+                f"directory from a copy or use an earlier checkpoint."
+            ) from None
     if not isinstance(metadata, Metadata):
         raise CheckpointError(f"{str(metadata_path)!r} holds a {type(metadata).__name__}, not DCP metadata.")
     return metadata
 
 
 class SafeReader(FileSystemReader):
-    """A ``FileSystemReader`` whose metadata is read by :func:`read_metadata`."""
+    """A ``FileSystemReader`` whose metadata is read by :func:`read_metadata`.
 
-    def __init__(self, path: str, weights_only: bool) -> None:
+    :param metadata: The metadata, read already: reading it here first turns a damaged ``.metadata`` into one
+        :class:`core.CheckpointError` before DCP's loader, which logs the traceback of a failed read, is entered.
+    """
+
+    def __init__(self, path: str, weights_only: bool, metadata: Metadata | None = None) -> None:
         super().__init__(path)
         self.where = path
         self.weights_only = weights_only
+        self.metadata = metadata
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        metadata = read_metadata(self.where, self.weights_only)
+        metadata = self.metadata if self.metadata is not None else read_metadata(self.where, self.weights_only)
         storage_meta = getattr(metadata, "storage_meta", None)
         if storage_meta is None:
             storage_meta = metadata.storage_meta = StorageMeta()

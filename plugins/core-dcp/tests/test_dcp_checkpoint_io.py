@@ -91,6 +91,7 @@ def test_weights_only_covers_the_values_and_the_metadata(io: DistributedCheckpoi
     save(io, {"v": torch.ones(1)}, tmp_path / "metadata")
     with open(tmp_path / "metadata" / ".metadata", "wb") as handle:
         pickle.dump(CodeOnLoad(str(mark)), handle)
+    (tmp_path / "metadata" / ".checksums").unlink()  # a crafted directory comes without the checksums of the real one
     with pytest.raises(core.CheckpointError, match=r"Refused to load .*metadata.*\.metadata holds objects"):
         load(io, tmp_path / "metadata")
     assert not mark.exists()
@@ -142,8 +143,10 @@ def test_two_ranks_write_their_shards_and_one_process_reads_the_whole(
     for report in reports:
         assert report == {"local_rows": 512, "weight_equal": True, "moment_equal": True,
                           "keys": ["model", "optimizer", "step"], "whole_equal": True}
-    files = sorted(path.name for path in (tmp_path / "sharded").iterdir())
+    files = sorted(path.name for path in (tmp_path / "sharded").iterdir() if path.name != ".checksums")
     assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    listed = json.loads((tmp_path / "sharded" / ".checksums").read_text().split("\n")[0])["files"]
+    assert sorted(listed) == files  # rank 0 sealed the other rank's file too
     # Each rank wrote its half of the two sharded 32 KiB tensors (and rank-local shares of the rest).
     sharded_bytes = 2 * 1024 * 8 * 4
     sizes = [(tmp_path / "sharded" / name).stat().st_size for name in files[1:]]
@@ -155,4 +158,4 @@ def test_two_ranks_write_their_shards_and_one_process_reads_the_whole(
     assert torch.equal(loaded["optimizer"]["state"][0]["exp_avg"], expected * 2)
     assert loaded["step"] == 5 and loaded["optimizer"]["param_groups"] == [{"params": [0]}]
     # Rank 0 alone wrote the whole state under ddp: one data file.
-    assert sorted(path.name for path in (tmp_path / "whole").iterdir()) == [".metadata", "__0_0.distcp"]
+    assert sorted(path.name for path in (tmp_path / "whole").iterdir()) == [".checksums", ".metadata", "__0_0.distcp"]
