@@ -132,7 +132,8 @@ class Launcher(ABC):
 
 
 class LaunchedChildren:
-    """The local ranks a process started by running its script again, and the variables it runs rank 0 under.
+    """The local ranks a process started by running its script again, the variables it runs rank 0 under, and the
+    store it serves them.
 
     They belong to the process, not to one run: a later run in the same script (``Trainer.test`` after
     ``Trainer.fit``, a second ``Lite``) meets the same children, so its launcher must find them to stop them
@@ -143,6 +144,8 @@ class LaunchedChildren:
     def __init__(self) -> None:
         self.supervisor: Supervisor | None = None
         self.variables: dict[str, str] = {}
+        # The job's store this process serves: every later run of the children meets there again.
+        self.store: HostedStore | None = None
         self.watching_parent = False
 
     def restore_variables(self) -> None:
@@ -452,6 +455,7 @@ class ScriptLauncher(_HostingLauncher):
                 start_worker(script_command(), environment, layout.global_rank(local_rank), local_rank, error_file)
             )
         self.children.variables.update(layout.variables(0))
+        self.children.store = self.hosted
         os.environ.update(self.children.variables)
         children = self.children.supervisor = Supervisor(workers, prefix=self.prefix, scratch=str(error_directory))
         monitor = children.watch(lambda found: abort(children, found))
