@@ -266,6 +266,7 @@ class Lite:
         self._active = active
         self._hooks = BoundHooks(active)
         self._single_module: torch.nn.Module | None = None
+        self._forwards = [0]  # forwards of set-up modules since the last backward (LiteModule counts them)
         self._module_count = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -497,7 +498,7 @@ class Lite:
         self._module_count += 1
         # backward() without model= refers to the one module, as long as there is only one.
         self._single_module = strategy_module if self._module_count == 1 else None
-        return LiteModule(forward_module, converted, self._hooks, strategy_module)
+        return LiteModule(forward_module, converted, self._hooks, strategy_module, self._forwards)
 
     @overload
     def setup_optimizers(self, optimizer: torch.optim.Optimizer, /) -> LiteOptimizer: ...
@@ -602,7 +603,20 @@ class Lite:
             module = self._single_module
         else:
             module = model.__dict__["_strategy_module"] if isinstance(model, LiteModule) else model
+        if not self._forwards[0] and self.world_size > 1:
+            self._refuse_backward_without_set_up_forward()
+        self._forwards[0] = 0
         self._hooks.strategy_backward(tensor=tensor, module=module)
+
+    def _refuse_backward_without_set_up_forward(self) -> None:
+        strategy = self.active.config.strategy
+        raise CoreError(
+            f"backward() of a loss that no set-up module computed: no module returned by setup() / setup_module() "
+            f"ran forward since the last backward. Under strategy={strategy!r} with {self.world_size} processes only "
+            f"set-up modules have their gradients synchronised (the processes' weights would drift apart). Compute the "
+            f"loss with the module setup() returned (model = lite.setup(model); loss = model(batch)...), not with the "
+            f"module you passed to it or its .module."
+        )
 
     def clip_gradients(
         self,

@@ -33,6 +33,7 @@ class LiteModule(torch.nn.Module):
         original_module: torch.nn.Module,
         hooks: BoundHooks,
         strategy_module: torch.nn.Module | None = None,
+        forwards: list[int] | None = None,
     ) -> None:
         super().__init__()
         self._forward_module = forward_module
@@ -46,6 +47,9 @@ class LiteModule(torch.nn.Module):
         self.__dict__["_convert_input"] = hooks.precision_convert_input
         self.__dict__["_convert_output"] = hooks.precision_convert_output
         self.__dict__["_autocast"] = hooks.precision_autocast
+        # Shared by the modules of one Lite: how many set-up forwards ran since the last backward (Lite.backward reads
+        # it to refuse a loss no set-up module computed, whose gradients a distributed strategy would not synchronise).
+        self.__dict__["_forwards"] = [0] if forwards is None else forwards
         self.__dict__["_ready"] = True
 
     @property
@@ -55,6 +59,7 @@ class LiteModule(torch.nn.Module):
         return module
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._forwards[0] += 1
         args, kwargs = self._convert_input(data=(args, kwargs))
         with self._autocast():
             output = self._forward(*args, **kwargs)
