@@ -146,5 +146,6 @@ def test_ddp_spawn_raises_in_the_caller_naming_the_failed_rank(jobs: Jobs, tmp_p
     assert [name for name in finished.temporary if name.startswith("core-")] == [], finished.temporary
     assert finished.returncode == 1
     # The core's type (core_ddp.ProcessFailedError is the same object), raised by the launcher in the core.
-    assert "core.toolkit.strategies._errors.ProcessFailedError: core-ddp: global rank 1 (local rank 1" in finished.stderr
+    failed = "core.toolkit.strategies._errors.ProcessFailedError: core-ddp: global rank 1 (local rank 1"
+    assert failed in finished.stderr
     assert "RuntimeError: planned failure on rank 1 at step 10" in finished.stderr
