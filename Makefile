@@ -34,26 +34,33 @@ space := $(empty) $(empty)
 TEST_DIRS := tests $(wildcard plugins/*/tests contrib/*/tests)
 TEST_MYPYPATH := $(subst $(space),:,$(DISTS) plugins/core-model-parallel/tests/scripts)
 
-# One directory at a time: two mypy runs sharing .mypy_cache at once reported errors a serial run does not.
+# The packages in one run, then the test directories one at a time in TYPECHECK_LANES lanes at once, each lane on
+# its own copy of the cache (two mypy runs sharing .mypy_cache at once reported errors a serial run does not).
+TYPECHECK_LANES ?= 2
 typecheck: setup
-	$(PY) -m mypy core bench $(PACKAGES)
-	for dir in $(TEST_DIRS); do MYPYPATH=$(TEST_MYPYPATH) $(PY) -m mypy "$$dir"; done
+	TEST_MYPYPATH=$(TEST_MYPYPATH) scripts/typecheck.sh $(PY) $(TYPECHECK_LANES) core bench $(PACKAGES) -- $(TEST_DIRS)
 
 # Two pytest workers (pytest-xdist) by default, a test file whole on one worker (--dist loadfile), so a module's
 # fixtures (a SLURM cluster, an MLflow server, a 2-process job) start once. Tests marked `serial` (they depend on
 # timing: a ratio of step times, hivemind peers hearing each other in time) then run alone in one process. PYTEST_WORKERS=0
 # runs everything in one process, in order. A phase that selects no test (PYTEST_ARGS="-k ...") is not a failure.
+# --no-loadscope-reorder: the files go out heaviest first, in the order tests/conftest.py gives the workers
+# (xdist's own order, the files with the most tests first, left the heaviest files, which have few tests, to the end).
 PYTEST_WORKERS ?= 2
 unit: setup
 	if [ "$(PYTEST_WORKERS)" = 0 ]; then \
 		$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS); \
 	else \
-		$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) \
-			|| [ $$? = 5 ]; \
+		$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+			-m "not serial" $(PYTEST_ARGS) || [ $$? = 5 ]; \
 		$(PY) -m pytest -q --durations=5 -m serial $(PYTEST_ARGS) || [ $$? = 5 ]; \
 	fi
 
-test: lint typecheck unit
+# The three phases in order, each one's wall time and the CPU time of its processes (bash's `time`).
+test: setup
+	@TIMEFORMAT='[test] lint took %0R s (CPU %0U s user + %0S s system)'; time $(MAKE) --no-print-directory lint
+	@TIMEFORMAT='[test] typecheck took %0R s (CPU %0U s user + %0S s system)'; time $(MAKE) --no-print-directory typecheck
+	@TIMEFORMAT='[test] unit took %0R s (CPU %0U s user + %0S s system)'; time $(MAKE) --no-print-directory unit
 
 demo: setup
 	$(PY) -m core.plugins

@@ -122,3 +122,54 @@ PLUGIN_SOURCES = {
 
 def plugin_source(kind: str, alias: str) -> str:
     return textwrap.dedent(PLUGIN_SOURCES[kind]).replace("{alias}", alias)
+
+
+# ------------------------------------------------------------------------------------------ the order of the files
+# `make unit` runs whole files on two pytest-xdist workers (--dist loadfile) and hands a worker the next file when
+# it is nearly done with its own. Handed out by xdist's default order (the files with the most tests first), the
+# heaviest files, which have few tests each (the bench smoke test has one), came last: one worker ran them while
+# the other had nothing left to do. `make unit` passes --no-loadscope-reorder, and the workers' collection (this
+# hook) puts the files in decreasing order of cost, so that what is left at the end is short. Only the order
+# changes: every file still runs whole on one worker, each file's tests in their own order.
+#
+# The files below cost far more than their number of tests says (seconds of a run alone on the 2-core CI
+# machine; keep the list to files of 30 s or more). Every other file is estimated from its tests: a test marked
+# `distributed` starts processes (a few seconds), any other test runs in the worker (a fraction of a second).
+HEAVY_FILES = {
+    "tests/test_bench_smoke.py": 150.0,
+    "tests/migration/test_migration.py": 150.0,
+    "plugins/core-deepspeed/tests/test_deepspeed_training.py": 150.0,
+    "contrib/core-ray/tests/test_ray_jobs.py": 100.0,
+    "contrib/core-ray/tests/test_ray_conformance.py": 70.0,
+    "contrib/core-torchft/tests/test_torchft_replicas.py": 80.0,
+    "plugins/core-ddp/tests/test_ddp_clean_exit.py": 45.0,
+}
+DISTRIBUTED_TEST_COST = 3.0
+OTHER_TEST_COST = 0.05
+
+
+def _file_of(item: pytest.Item, root: Path) -> str:
+    path = Path(str(item.path)).resolve()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
+
+
+def file_costs(items: list[pytest.Item], root: Path) -> dict[str, float]:
+    """Estimated seconds per test file (its path from the root): HEAVY_FILES, else the sum over its tests."""
+    costs: dict[str, float] = {}
+    for item in items:
+        name = _file_of(item, root)
+        cost = DISTRIBUTED_TEST_COST if item.get_closest_marker("distributed") else OTHER_TEST_COST
+        costs[name] = costs.get(name, 0.0) + cost
+    return {name: HEAVY_FILES.get(name, cost) for name, cost in costs.items()}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker only: the files heaviest first, each file's tests together and in their order."""
+    if not hasattr(config, "workerinput"):
+        return  # a plain `pytest` run keeps pytest's order
+    root = Path(str(config.rootpath)).resolve()
+    names = [_file_of(item, root) for item in items]
+    costs = file_costs(items, root)
+    first = {name: index for index, name in reversed(list(enumerate(names)))}
+    order = sorted(range(len(items)), key=lambda index: (-costs[names[index]], first[names[index]], index))
+    items[:] = [items[index] for index in order]
