@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import torch
 
-from core.toolkit import hook_keys, remove_added
+from core.toolkit.tensors import hook_keys, remove_added
 
 
 @attrs.frozen(eq=False)

@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 
 from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
-from core.toolkit import restore_state as restore
-from core.toolkit import to_checkpoint
+from core.toolkit.checkpoint import restore_state as restore
+from core.toolkit.checkpoint import to_checkpoint
 from core.toolkit.strategies import ParallelStrategy, failing
 
 from . import _checkpoint, _import, _release

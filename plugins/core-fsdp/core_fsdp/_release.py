@@ -34,7 +34,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from core import CoreError
-from core.toolkit import hook_keys, remove_added
+from core.toolkit.tensors import hook_keys, remove_added
 
 
 @attrs.frozen(eq=False)

@@ -60,7 +60,7 @@ def test_sharded_training_matches_ddp_and_each_rank_holds_half(tmp_path: Path, j
         assert report["empty_local_elements"] == report["local_elements"]
         assert report["empty_restored"] and report["empty_moments_restored"]
     files = sorted(path.name for path in (tmp_path / "sharded").iterdir())
-    assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert files == [".checksums", ".metadata", "__0_0.distcp", "__1_0.distcp"]
 
     # The checkpoint 2 ranks wrote, loaded by 1 process into a plain module: resharded to whole tensors.
     def load_alone(lite: core.Lite) -> dict[str, torch.Tensor]:
@@ -179,4 +179,4 @@ def test_the_trainer_on_fsdp_resumes_from_sharded_resumable_checkpoints(tmp_path
     assert all(torch.equal(uninterrupted[name], resumed[name]) for name in resumed)
     newest = tmp_path / "resumed" / "resumable" / "step-000000009" / "checkpoint.pt"
     shards = sorted(path.name for path in newest.iterdir())
-    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert shards == [".checksums", ".metadata", "__0_0.distcp", "__1_0.distcp"]

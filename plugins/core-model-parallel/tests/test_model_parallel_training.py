@@ -95,7 +95,7 @@ def test_data_parallel_2x1_trains_like_one_process_with_every_parameter_sharded(
     job("mp_job.py", "2x1", str(runs))
     check_training(runs, "2x1", reference, mesh=[2, 1], local_elements=TOTAL_ELEMENTS // 2)
     files = sorted(path.name for path in (runs / "2x1-checkpoint").iterdir())
-    assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"], "every rank wrote its own shards"
+    assert files == [".checksums", ".metadata", "__0_0.distcp", "__1_0.distcp"], "every rank wrote its own shards"
 
 
 @pytest.mark.distributed

@@ -20,7 +20,7 @@ import attrs
 import torch
 
 from core import CheckpointError
-from core.toolkit import apply_to_tensors
+from core.toolkit.tensors import apply_to_tensors
 
 
 @attrs.frozen

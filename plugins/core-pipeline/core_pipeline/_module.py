@@ -124,7 +124,7 @@ class PipelineModule(nn.Module):
 
 
 class PipelineStepModule(nn.Module):
-    """What the pipeline returns for the Trainer's :class:`core.toolkit.StepModule`: steps that call the pipeline.
+    """What the pipeline returns for the Trainer's :class:`core.module.StepModule`: steps that call the pipeline.
 
     The Trainer calls the set-up module with a batch to run ``training_step`` (``validation_step``, ...). During
     that call the Module's own ``self(...)`` goes to the pipeline: ``loss = self(inputs, target=targets)`` in

@@ -39,13 +39,8 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from core import ActiveSet, CheckpointError, ConfigurationError, Supports, hookimpl
 from core.lite import LiteOptimizer
 from core.module import StatefulList, StepModule
-from core.toolkit import (
-    PRECISION_KEY,
-    is_stateful,
-    is_whole,
-    restore_state,
-    to_checkpoint,
-)
+from core.toolkit import is_whole
+from core.toolkit.checkpoint import PRECISION_KEY, is_stateful, restore_state, to_checkpoint
 from core.toolkit.strategies import ParallelStrategy
 
 from ._layout import (
