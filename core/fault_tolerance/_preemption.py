@@ -70,6 +70,11 @@ class PreemptionWatch:
                 self._previous[number] = signal.signal(number, self._on_signal)
 
     def uninstall(self) -> None:
+        if self.received:
+            # This process is stopping on the notice. It may come again on the way out (SLURM signals every
+            # process, and `python -m core.run` passes on what it receives): it must not end the process
+            # before it exits with PREEMPTED_EXIT_CODE, so the handler, which counts one notice, stays.
+            return
         for number, previous in self._previous.items():
             signal.signal(number, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
