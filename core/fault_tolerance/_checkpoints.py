@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
+import attrs
 import torch
 
 from core._checks import is_whole
@@ -15,6 +16,7 @@ from core._errors import CheckpointError, ConfigurationError
 from core.fault_tolerance._preemption import Preempted, PreemptionWatch, on_preemption
 from core.fault_tolerance._resumer import FORMAT, CheckpointDirectory, Resumer
 from core.trainer._checkpoint import capture_rng, gather_rng, restore_rng, rng_of_rank
+from core.trainer._samples import EpochSamples, SamplePosition, epoch_samples, resized_remainder, sampler_swapped
 
 if TYPE_CHECKING:
     from core.lite import Lite
@@ -27,6 +29,17 @@ PROGRESS_KEY: Final = "core/resume"
 RNG_KEY: Final = "core/rng"
 EPOCH_RNG_KEY: Final = "core/rng_epoch_start"
 _END: Final = object()
+
+
+@attrs.frozen
+class _Resume:
+    """What :meth:`ResumableCheckpoints.restore` read, for :meth:`ResumableCheckpoints.batches` of that epoch."""
+
+    batches_done: int
+    at_save: dict[str, torch.Tensor] | None
+    at_epoch_start: dict[str, torch.Tensor] | None
+    position: SamplePosition | None
+    world_size: int
 
 
 def _positive_steps(every_n_steps: object) -> int:
@@ -63,7 +76,9 @@ class ResumableCheckpoints:
 
     A checkpoint holds your ``state`` (modules, optimizers, schedulers: anything with ``state_dict``; plain
     values too), the precision's state (a gradient scaler), every rank's random generators, and the loop's
-    position (step, epoch, batches done in the epoch). Every method must be called on every rank.
+    position (step, epoch, batches done in the epoch, and the samples of the epoch's order consumed by every
+    rank, so that a resume on another number of processes trains each remaining sample once). Every method
+    must be called on every rank.
     """
 
     def __init__(
@@ -89,9 +104,9 @@ class ResumableCheckpoints:
         self.epoch = 0
         """The epoch the restored checkpoint was taken in (where the loop goes on); 0 on a fresh start."""
         self._batch_in_epoch = 0
+        self._epoch_samples: EpochSamples | None = None
         self._epoch_start_rng: dict[str, torch.Tensor] | None = None
-        # Set by restore(), used once by batches() of that epoch: (batches done, rng at save, rng at epoch start)
-        self._resume: tuple[int, dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None] | None = None
+        self._resume: _Resume | None = None  # set by restore(), used once by batches() of that epoch
         self._watch = PreemptionWatch(preemption_signals) if preemption_signals else None
         if self._watch is not None:
             self._watch.install()
@@ -129,7 +144,9 @@ class ResumableCheckpoints:
         if at_save is not None:
             restore_rng(at_save)
         self.step, self.epoch = int(progress["step"]), int(progress["epoch"])
-        self._resume = (int(progress["batch_in_epoch"]), at_save, at_epoch_start)
+        saved_world_size = int(progress.get("world_size", self.lite.world_size))
+        self._resume = _Resume(int(progress["batch_in_epoch"]), at_save, at_epoch_start,
+                               SamplePosition.from_dict(progress.get("samples")), saved_world_size)
         return self.step
 
     def batches(self, loader: Iterable[T], epoch: int) -> Iterator[T]:
@@ -137,27 +154,35 @@ class ResumableCheckpoints:
 
         Sets the sampler's epoch, and records the random generators as they are when the epoch's data order
         is drawn, so that a resumed run draws the same order and then continues with the generators as they
-        were at the save: the resumed run is the uninterrupted one, bitwise.
+        were at the save: the resumed run is the uninterrupted one, bitwise. Resumed on another number of
+        processes, the epoch goes on with the samples of its order that no rank had read, dealt to the ranks
+        there are now (see docs/fault-tolerance.md, "Resuming on another world size").
         """
         resume = self._resume if self._resume is not None and epoch == self.epoch else None
         self._resume = None
         self.epoch = epoch
         _set_epoch(loader, epoch)
-        done, at_save, at_epoch_start = resume if resume is not None else (0, None, None)
-        if at_epoch_start is not None:
-            restore_rng(at_epoch_start)
+        if resume is not None and resume.at_epoch_start is not None:
+            restore_rng(resume.at_epoch_start)
         self._epoch_start_rng = capture_rng()
-        iterator = iter(loader)
-        self._batch_in_epoch = 0
-        for _ in range(done):
-            if next(iterator, _END) is _END:
-                break
-            self._batch_in_epoch += 1
-        if at_save is not None:
-            restore_rng(at_save)
-        for batch in iterator:
-            self._batch_in_epoch += 1  # counted before the body runs: a save in the body includes this batch
-            yield batch
+        remainder = None
+        if resume is not None and resume.batches_done > 0:
+            remainder = resized_remainder(loader, resume.position, resume.world_size, self.lite.world_size,
+                                          resume.batches_done)
+        with sampler_swapped(loader, remainder):
+            self._epoch_samples = epoch_samples(loader, epoch)
+            iterator = iter(loader)
+            self._batch_in_epoch = 0
+            skip = resume.batches_done if resume is not None and remainder is None else 0
+            for _ in range(skip):
+                if next(iterator, _END) is _END:
+                    break
+                self._batch_in_epoch += 1
+            if resume is not None and resume.at_save is not None:
+                restore_rng(resume.at_save)
+            for batch in iterator:
+                self._batch_in_epoch += 1  # counted before the body runs: a save in the body includes this batch
+                yield batch
 
     # -- saving ------------------------------------------------------------------------------------
 
@@ -183,8 +208,10 @@ class ResumableCheckpoints:
         if reserved:
             raise ConfigurationError(f"The state keys {reserved} are reserved for resumable checkpoints.")
         lite = self.lite
+        samples = self._epoch_samples
+        position = None if samples is None else samples.position(self._batch_in_epoch).as_dict()
         progress = {"format": FORMAT, "step": int(step), "epoch": self.epoch, "batch_in_epoch": self._batch_in_epoch,
-                    "world_size": lite.world_size}
+                    "world_size": lite.world_size, "samples": position}
         full_state = {
             **state,
             PROGRESS_KEY: progress,

@@ -24,6 +24,7 @@ import torch
 
 from core._errors import CheckpointError, ConfigurationError
 from core.module import StatefulList
+from core.trainer._samples import SamplePosition
 
 if TYPE_CHECKING:
     from core.lite import Lite
@@ -186,6 +187,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
             "optimizer_states": StatefulList(trainer.optimizers, "optimizers"),
             "lr_schedulers": StatefulList([config.scheduler for config in trainer.lr_scheduler_configs], "schedulers"),
             "loops": progress.as_dict(),
+            "sample_position": _sample_position(trainer),
             # The epoch's accumulated metrics matter only when the epoch is not finished.
             "results": {} if progress.epoch_finished else trainer.run_state.train_metrics.state_dict(),
             "rng": gather_rng(trainer.lite, capture_rng()),
@@ -198,6 +200,14 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     if trainer.datamodule is not None:
         state["datamodule"] = trainer.datamodule.state_dict()
     return state
+
+
+def _sample_position(trainer: Trainer) -> dict[str, Any] | None:
+    """The epoch's position in samples of its order (plain values), ``None`` when the order is not known."""
+    samples, progress = trainer.run_state.epoch_samples, trainer.run_state.progress
+    if samples is None or samples.order.epoch != progress.epoch:
+        return None
+    return samples.position(progress.batches_done).as_dict()
 
 
 def saved_checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
@@ -261,6 +271,8 @@ def restore_checkpoint_state(trainer: Trainer, path: str, weights_only: bool = F
         rng_of_rank(rest["rng"], trainer.global_rank),
         rng_of_rank(rest["rng_epoch_start"], trainer.global_rank),
     )
+    saved_world_size = int(rest["rng"]["torch"].shape[0])  # one row of generator states per rank
+    trainer.run_state.resume_samples = (SamplePosition.from_dict(rest.get("sample_position")), saved_world_size)
     return rest
 
 

@@ -36,6 +36,7 @@ from core.trainer._data import PreparedLoader, batch_transfer, epoch_setters, ov
 from core.trainer._eval import validate_in_fit
 from core.trainer._logging import EPOCH, TRAIN_BATCH
 from core.trainer._optim import step_schedulers
+from core.trainer._samples import RemainderSampler, epoch_samples, resized_remainder, sampler_swapped
 
 if TYPE_CHECKING:
     from core.profilers import Profiler
@@ -202,12 +203,37 @@ class FitLoop:
         if resuming and trainer.run_state.resume_rng is not None and trainer.run_state.resume_rng[1] is not None:
             restore_rng(trainer.run_state.resume_rng[1])  # the generators as they were when this epoch's data was drawn
         trainer.run_state.epoch_start_rng = snapshot_rng()
+        remainder = self._resized_remainder(resuming)
+        whole = len(self.train.loader) if remainder is not None else 0
+        with sampler_swapped(self.train.loader, remainder):
+            first_batch = 0  # the loop's count of batches done when this iteration starts
+            if remainder is not None:  # the remaining batches on this world size end where a whole epoch would
+                first_batch = progress.batches_done = max(0, whole - len(self.train.loader))
+            trainer.run_state.epoch_samples = epoch_samples(self.train.loader, progress.epoch, first_batch)
+            exhausted, stopped = self._batches(resuming, skip=remainder is None)
+        if exhausted and not stopped and math.isinf(self.val_every) and self._val_epoch():
+            self._validate()
+        self._epoch_end()
+
+    def _resized_remainder(self, resuming: bool) -> RemainderSampler | None:
+        """For a resumed epoch: the sampler of its remaining samples on another world size, or ``None`` to skip."""
+        run_state = self.trainer.run_state
+        saved, run_state.resume_samples = run_state.resume_samples, None  # used by the first epoch only
+        if saved is None or not resuming:
+            return None
+        position, saved_world_size = saved
+        return resized_remainder(self.train.loader, position, saved_world_size, self.lite.world_size,
+                                 run_state.progress.batches_done)
+
+    def _batches(self, resuming: bool, skip: bool) -> tuple[bool, bool]:
+        """The epoch's training batches; ``(exhausted, stopped)``: whether the data ran out, or the loop stopped."""
+        progress = self.trainer.run_state.progress
         iterator: Iterator[Any] = iter(self.train.loader)
         if self.profiler is not None:
             iterator = self.profiler.wrap_iterator("[_TrainingEpochLoop].train_dataloader_next", iterator)
         exhausted = False
         if resuming:
-            exhausted = self._skip(iterator, progress.batches_done)
+            exhausted = self._skip(iterator, progress.batches_done) if skip else False
             self._restore_rng_at_save()
             if not progress.validated:
                 self._validate()
@@ -221,9 +247,7 @@ class FitLoop:
             stopped = self._batch(batch, progress.batches_done)
             if stopped:
                 break
-        if exhausted and not stopped and math.isinf(self.val_every) and self._val_epoch():
-            self._validate()
-        self._epoch_end()
+        return exhausted, stopped
 
     @staticmethod
     def _skip(iterator: Any, count: int) -> bool:

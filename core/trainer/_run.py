@@ -180,6 +180,8 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
         trainer.run_state.callback_metrics, trainer.run_state.logged_metrics = {}, {}
         trainer.run_state.resume_rng = None
         trainer.run_state.epoch_start_rng = None
+        trainer.run_state.epoch_samples = None
+        trainer.run_state.resume_samples = None
         trainer.run_state.accumulate_grad_batches = None
 
 

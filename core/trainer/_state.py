@@ -16,6 +16,7 @@ import torch
 from core.callbacks._callback import CallbackHooks
 from core.trainer._checkpoint import FitProgress
 from core.trainer._logging import MetricStore
+from core.trainer._samples import EpochSamples, SamplePosition
 
 if TYPE_CHECKING:
     from core.lite import Lite
@@ -39,6 +40,10 @@ class RunState:
     :param prog_bar_names: Names logged with ``prog_bar=True``.
     :param epoch_start_rng: The random generators as they were when this epoch's data was drawn.
     :param resume_rng: The generators a resumed fit restores (at the save, at its epoch's start).
+    :param epoch_samples: What the running epoch's training iteration reads, to save the position in samples
+        (``None``: a loader whose order no other world size can draw).
+    :param resume_samples: A resumed fit's saved position in samples (``None`` in an older checkpoint) and the
+        world size that saved it, used once by the epoch it resumes.
     :param step_module: The set-up module whose forward runs the step methods (``None`` outside a run).
     :param predictions: The predict loop's outputs so far, per loader.
     :param predict_batch_indices: The dataset indices of the batch being predicted (``None``: unknown).
@@ -58,6 +63,8 @@ class RunState:
     prog_bar_names: set[str] = attrs.field(factory=set)
     epoch_start_rng: dict[str, Any] | None = None
     resume_rng: tuple[Any, Any] | None = None
+    epoch_samples: EpochSamples | None = None
+    resume_samples: tuple[SamplePosition | None, int] | None = None
     step_module: Any = None
     accumulate_grad_batches: int | None = None
     predictions: list[list[Any]] = attrs.field(factory=list)
