@@ -33,6 +33,9 @@ in :data:`JOB_VARIABLE`; a rank that reached another job's store raises :class:`
 points at the new ones and the originals get the trained values back; :func:`gather_full_state` gathers a state's
 ``DTensor`` s into whole tensors on the CPU (a collective); :func:`accept_whole_tensors` and
 :func:`accept_whole_optimizer_state` let ``load_state_dict`` take whole tensors and keep this rank's part.
+A module still holding ``DTensor`` s at the end of its run stays so: :data:`SHARDED_MODULES` (a
+:class:`ShardedModules`) keeps the default process group for it until exit, and :func:`full_state_dict` makes it
+whole when asked, one tensor at a time, on rank 0's CPU.
 """
 
 from __future__ import annotations
@@ -56,9 +59,12 @@ from core.toolkit.strategies._launchers import (
 from core.toolkit.strategies._parallel import START_METHODS, ParallelStrategy, forget_mesh_groups
 from core.toolkit.strategies._rendezvous import JOB_VARIABLE, RendezvousError
 from core.toolkit.strategies._sharding import (
+    SHARDED_MODULES,
     ReplacedParameters,
+    ShardedModules,
     accept_whole_optimizer_state,
     accept_whole_tensors,
+    full_state_dict,
     gather_full_state,
 )
 from core.toolkit.strategies._single import REDUCE_OPS, SingleDeviceStrategy, check_reduce_op
@@ -66,6 +72,7 @@ from core.toolkit.strategies._single import REDUCE_OPS, SingleDeviceStrategy, ch
 __all__ = [
     "JOB_VARIABLE",
     "REDUCE_OPS",
+    "SHARDED_MODULES",
     "START_METHODS",
     "CollectiveError",
     "CollectiveTimeoutError",
@@ -81,11 +88,13 @@ __all__ = [
     "RendezvousError",
     "ReplacedParameters",
     "ScriptLauncher",
+    "ShardedModules",
     "SingleDeviceStrategy",
     "accept_whole_optimizer_state",
     "accept_whole_tensors",
     "check_reduce_op",
     "failing",
     "forget_mesh_groups",
+    "full_state_dict",
     "gather_full_state",
 ]

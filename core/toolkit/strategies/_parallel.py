@@ -31,6 +31,7 @@ from ._launchers import (
     failing,
 )
 from ._rendezvous import store_for
+from ._sharding import SHARDED_MODULES
 from ._single import SingleDeviceStrategy, check_reduce_op
 
 if TYPE_CHECKING:
@@ -77,6 +78,10 @@ class ParallelStrategy(SingleDeviceStrategy):
     To write a strategy on it, override :meth:`setup_module` (and any hook whose behaviour differs, marked with
     ``@hookimpl`` again); :meth:`release_run` and :meth:`forget_run` are where a run's end releases what the
     strategy made. Set :attr:`message_prefix` to your distribution's name.
+
+    A module that leaves :meth:`setup_module` holding ``DTensor`` s (sharded, parallelized) stays so after the
+    run: the teardown then keeps the default process group instead of destroying it, for as long as such a module
+    is alive, and the next run in these processes adopts it (see :class:`ShardedModules`).
     """
 
     max_processes: ClassVar[int | None] = None
@@ -106,6 +111,7 @@ class ParallelStrategy(SingleDeviceStrategy):
         self._precision_backward: Callable[..., Any] = _unbound
         self._launcher: Launcher | None = None
         self._mesh: DeviceMesh | None = None
+        self._set_up_modules: list[torch.nn.Module] = []
 
     @property
     def name(self) -> str:
@@ -116,7 +122,9 @@ class ParallelStrategy(SingleDeviceStrategy):
     def name(self, value: str) -> None:
         self.alias = value
 
-    _RUN_STATE: ClassVar[tuple[str, ...]] = ("_active", "_communicator", "_precision_backward", "_launcher", "_mesh")
+    _RUN_STATE: ClassVar[tuple[str, ...]] = (
+        "_active", "_communicator", "_precision_backward", "_launcher", "_mesh", "_set_up_modules",
+    )
 
     def __getstate__(self) -> dict[str, Any]:
         # The options travel (a spawned process resolves them again); the state of a run stays behind.
@@ -129,6 +137,7 @@ class ParallelStrategy(SingleDeviceStrategy):
         self._precision_backward = _unbound
         self._launcher = None
         self._mesh = None
+        self._set_up_modules = []
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.alias!r}, start_method={self.start_method!r}, timeout={self.timeout})"
@@ -144,6 +153,11 @@ class ParallelStrategy(SingleDeviceStrategy):
         return self._communicator
 
     @property
+    def set_up_modules(self) -> tuple[torch.nn.Module, ...]:
+        """The modules :meth:`setup_module` returned in the current run, in order (empty outside a run)."""
+        return tuple(self._set_up_modules)
+
+    @property
     def launcher(self) -> Launcher | None:
         """The launcher of the current run in this process (``None`` before ``strategy_launch``)."""
         return self._launcher
@@ -157,7 +171,9 @@ class ParallelStrategy(SingleDeviceStrategy):
     @hookimpl
     def strategy_launch(self, function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         self._launcher = launcher = self.make_launcher()
-        return launcher.launch(function, *args, **kwargs)
+        result = launcher.launch(function, *args, **kwargs)
+        SHARDED_MODULES.end_group_if_unused()  # the run's sharded modules were not kept past it: no group either
+        return result
 
     def make_launcher(self) -> Launcher:
         """The launcher of this run: the processes exist already, or this process starts them (``start_method``)."""
@@ -199,9 +215,16 @@ class ParallelStrategy(SingleDeviceStrategy):
         self._precision_backward = self.active.bind("precision_backward")
         cluster = self.active.cluster
         self._communicator = Communicator(cluster.global_rank, self.timeout)
+        backend = self.process_group_backend or self.active.hook.accelerator_process_group_backend() or "gloo"
+        if dist.is_initialized() and SHARDED_MODULES.holds_group:
+            # The group an earlier run kept for the modules it left sharded: adopted if it is this run's layout.
+            if (dist.get_world_size(), dist.get_rank(), dist.get_backend()) == (
+                cluster.world_size, cluster.global_rank, backend,
+            ):
+                return
+            SHARDED_MODULES.end_group()
         if dist.is_initialized():
             return
-        backend = self.process_group_backend or self.active.hook.accelerator_process_group_backend() or "gloo"
         with self.communicator.guard("init_process_group"):
             dist.init_process_group(
                 backend,
@@ -231,18 +254,27 @@ class ParallelStrategy(SingleDeviceStrategy):
         if not dist.is_initialized():
             return
         self.communicator.barrier("teardown", self._barrier_device_ids())
+        self._communicator = None
+        SHARDED_MODULES.add(self._set_up_modules)
+        if SHARDED_MODULES.needs_group():
+            # A module this run (or an earlier one) left sharded refers to the group through its device mesh.
+            SHARDED_MODULES.hold_group()
+            return
+        SHARDED_MODULES.release_group()
         dist.destroy_process_group()
         self.after_process_group()
-        self._communicator = None
 
     def release_run(self) -> None:
         """At teardown, while every rank is alive and the process group exists: collective clean-up of the run.
 
-        Not called while the rank function fails. Default: nothing (core-fsdp gathers its modules back here).
+        Not called while the rank function fails. Default: nothing (core-fsdp reshards the units a forward left
+        gathered, so that its modules leave the run holding their shards only).
         """
 
     def after_process_group(self) -> None:
-        """Right after the process group was destroyed at the end of a run that did not fail. Default: nothing."""
+        """Right after the process group was destroyed at the end of a run that did not fail. Default: nothing.
+
+        Not called when the teardown keeps the group for modules left sharded (:class:`ShardedModules`)."""
 
     def forget_run(self) -> None:
         """Last step of every teardown, failed or not: drop what refers to the run's process groups.
@@ -251,6 +283,7 @@ class ParallelStrategy(SingleDeviceStrategy):
         where gloo's threads can abort the process. The default drops the device mesh (:attr:`_mesh`, where a
         subclass keeps one) and collects the reference cycles torch's sharding state sits in.
         """
+        self._set_up_modules = []
         mesh, self._mesh = self._mesh, None
         if mesh is not None:
             forget_mesh_groups(mesh)
@@ -260,7 +293,10 @@ class ParallelStrategy(SingleDeviceStrategy):
 
     @hookimpl
     def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        return self.setup_module(module)
+        SHARDED_MODULES.refuse_orphan(module, self.alias)
+        set_up = self.setup_module(module)
+        self._set_up_modules.append(set_up)  # one holding DTensors at teardown keeps the group (ShardedModules)
+        return set_up
 
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Make ``module`` ready for this strategy: wrap it, shard it, parallelize it. Called on every rank.

@@ -2,10 +2,13 @@
 
 ``strategy="fsdp"`` shards every parameter over all ranks and writes sharded checkpoints through the
 ``distributed`` checkpoint_io (core-dcp); ``strategy="fsdp_cpu_offload"`` also keeps the shards in CPU memory.
-``FSDPStrategy(...)`` is the object to pass for options.
+``FSDPStrategy(...)`` is the object to pass for options. After a run the module stays sharded (its process group
+is kept while it lives); :func:`full_state_dict` gathers it whole, one tensor at a time, to rank 0.
 """
 
 from __future__ import annotations
+
+from core.toolkit.strategies import full_state_dict
 
 from ._state import local_elements
 from ._strategy import MIXED_PARAMETER_DTYPES, STATE_DICT_TYPES, FSDPStrategy
@@ -29,5 +32,6 @@ __all__ = [
     "auto_wrap_units",
     "fsdp",
     "fsdp_cpu_offload",
+    "full_state_dict",
     "local_elements",
 ]

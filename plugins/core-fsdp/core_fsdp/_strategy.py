@@ -11,10 +11,12 @@ device mesh of all ranks. The order of set-up, in :meth:`FSDPStrategy.setup_modu
 3. a model created empty is materialised: only this rank's shards are allocated, then initialised;
 4. a load hook is installed, so that ``load_state_dict`` accepts whole tensors and keeps this rank's slice.
 
-At teardown, before the process group is destroyed, every module set up in the run is turned back into a plain
-module (:mod:`core_fsdp._release`): whole again if it came in whole, so that the next run in the same processes
-(``Trainer.test`` after ``Trainer.fit``) sets it up like the first did, with the trained weights; then nothing
-of the run refers to the destroyed group any more.
+After the run the module stays sharded, as in Lightning: its parameters stay ``DTensor`` s, each rank holding its
+shards only (a unit a forward left gathered is resharded at teardown), and the process group is kept while it lives
+(:class:`core.toolkit.strategies.ShardedModules`). It computes as it is (inference, ``Trainer.test`` after
+``Trainer.fit``: the next run adopts the group and finds the module already sharded, so it does not shard it
+again), a module created empty included. Making it whole is explicit: :func:`core.toolkit.strategies.full_state_dict`
+(also ``core_fsdp.full_state_dict``) gathers one tensor at a time, to rank 0's CPU.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from core import ConfigurationError, Supports, hookimpl
 from core.toolkit.strategies import (
+    SHARDED_MODULES,
     ParallelStrategy,
     ReplacedParameters,
     accept_whole_optimizer_state,
@@ -40,7 +43,6 @@ from core.toolkit.strategies import (
     gather_full_state,
 )
 
-from ._release import ModuleRecord, release, snapshot
 from ._wrap import AutoWrapPolicy, predicate, shard
 
 STATE_DICT_TYPES: Final = ("sharded", "full")
@@ -124,19 +126,15 @@ class FSDPStrategy(ParallelStrategy):
         self.sync_module_states = sync_module_states
         self.supports = _supports(state_dict_type)  # per object: depends on the layout
         self._replaced = ReplacedParameters()
-        # Each module tree this run sharded, as it was before, and whether it was created empty: put back at teardown.
-        self._set_up: list[tuple[list[ModuleRecord], bool]] = []
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        for key in ("_replaced", "_set_up"):
-            state.pop(key, None)
+        state.pop("_replaced", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._replaced = ReplacedParameters()
-        self._set_up = []
 
     @property
     def default_checkpoint_io(self) -> str:
@@ -187,7 +185,12 @@ class FSDPStrategy(ParallelStrategy):
         return self.active.device or torch.device("cpu")
 
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Broadcast rank 0's values (unless created empty), shard, materialise, accept whole tensors on load."""
+        """Broadcast rank 0's values (unless created empty), shard, materialise, accept whole tensors on load.
+
+        A module an earlier run in these processes left sharded is taken as it is (its group was kept)."""
+        earlier = SHARDED_MODULES.adopt(module)
+        if earlier is not None:
+            return earlier
         tensors = list(chain(module.parameters(), module.buffers()))
         empty = any(tensor.is_meta for tensor in tensors)
         if empty and not all(tensor.is_meta for tensor in tensors):
@@ -198,13 +201,11 @@ class FSDPStrategy(ParallelStrategy):
         if not empty and self.sync_module_states and self.active.cluster.world_size > 1:
             self._broadcast_from_rank_zero(tensors)
         originals = dict(module.named_parameters())
-        before = snapshot(module)
         shard(module, self.auto_wrap_policy, self._fully_shard_options())
         if empty:
             self._materialise(module)
         self._replaced.record(originals, module)
         accept_whole_tensors(module)
-        self._set_up.append((before, empty))
         return module
 
     @hookimpl
@@ -245,21 +246,15 @@ class FSDPStrategy(ParallelStrategy):
     # -- end of the run -------------------------------------------------------------------------------
 
     def release_run(self) -> None:
-        """Every module of the run back to a plain one (gathered when it came in whole): a collective."""
-        device = self.active.device or torch.device("cpu")
-        originals = self._replaced.originals()
-        with self.communicator.guard("gathering the trained parameters at teardown (fsdp)"):
-            for records, empty in self._set_up:
-                release(records, whole=not empty, device=device, originals=originals)
+        """Reshard every unit a forward left gathered (``reshard_after_forward=False``, an evaluation): the modules
+        leave the run holding their shards only. Nothing is gathered: see :func:`full_state_dict` for that."""
+        for module in self.set_up_modules:
+            for unit in module.modules():
+                if isinstance(unit, FSDPModule):
+                    unit.reshard()
 
     def forget_run(self) -> None:
-        """Drop every reference of this run to its process group, so the group is freed now, not at exit.
-
-        Besides the modules (released above), the run's ``DTensor`` s still held elsewhere (the optimizer's
-        sharded state) refer to the mesh, and the mesh to the group; FSDP's state, cut from the modules, sits in
-        reference cycles until the collection the base class runs.
-        """
-        self._set_up.clear()
+        """Forget which parameter replaced which (the base class drops the run's mesh and modules)."""
         self._replaced.clear()
         super().forget_run()
 

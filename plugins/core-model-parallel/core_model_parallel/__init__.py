@@ -4,13 +4,16 @@ Tensor parallelism within a node and fully sharded data parallelism across nodes
 dimensions ``("data_parallel", "tensor_parallel")``. The user's parallelize function applies the parallelisms
 (``torch.distributed.tensor.parallel.parallelize_module``, ``torch.distributed.fsdp.fully_shard``); checkpoints are
 sharded through core-dcp's ``distributed`` checkpoint_io and load into any other mesh, or into one process.
-``ModelParallelStrategy(...)`` is the object to pass for options.
+``ModelParallelStrategy(...)`` is the object to pass for options. After a run the module stays parallelized (its
+process group is kept while it lives); :func:`full_state_dict` gathers it whole, one tensor at a time, to rank 0.
 
 Public API for strategies that build a mesh of their own (core-pipeline): :class:`MeshShape` and
 :func:`mesh_shape`, which check the degrees of parallelism against the world size.
 """
 
 from __future__ import annotations
+
+from core.toolkit.strategies import full_state_dict
 
 from ._mesh import AUTO, DATA_PARALLEL, MeshShape, check_size, mesh_shape
 from ._strategy import MESH_DIMENSIONS, TENSOR_PARALLEL, ModelParallelStrategy
@@ -29,6 +32,7 @@ __all__ = [
     "MeshShape",
     "ModelParallelStrategy",
     "check_size",
+    "full_state_dict",
     "mesh_shape",
     "model_parallel",
 ]

@@ -16,8 +16,14 @@ user's *parallelize function*
 The order of set-up, in :meth:`ModelParallelStrategy.setup_module`: parallelize (3, if the module is still
 plain), check that data parallelism has a ``fully_shard`` to average gradients with, materialise a model created on
 the meta device, point optimizers made before set-up at the new parameters, install the load hooks that make any
-checkpoint fit (:func:`core.toolkit.strategies.accept_whole_tensors`). At teardown each set-up module becomes plain
-and whole again (:mod:`core_model_parallel._release`) before the process group goes away.
+checkpoint fit (:func:`core.toolkit.strategies.accept_whole_tensors`).
+
+After the run the module stays parallelized, as in Lightning: its parameters stay ``DTensor`` s on the run's mesh
+(each rank holding its part; ``fully_shard`` units a forward left gathered are resharded at teardown), and the
+process group is kept while it lives (:class:`core.toolkit.strategies.ShardedModules`), so it computes as it is
+and the next run (``Trainer.test`` after ``Trainer.fit``) adopts the group and the module without parallelizing it
+again. Making it whole is explicit: :func:`core.toolkit.strategies.full_state_dict` (also
+``core_model_parallel.full_state_dict``) gathers one tensor at a time, to rank 0's CPU.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
 from core.toolkit.strategies import (
+    SHARDED_MODULES,
     ParallelStrategy,
     ReplacedParameters,
     accept_whole_optimizer_state,
@@ -44,7 +51,6 @@ from core.toolkit.strategies import (
 )
 
 from ._mesh import DATA_PARALLEL, MeshShape, check_size, mesh_shape
-from ._release import release
 from ._state import holds_placed_tensors
 
 TENSOR_PARALLEL: Final = "tensor_parallel"
@@ -119,7 +125,6 @@ class ModelParallelStrategy(ParallelStrategy):
         self.supports = _supports(self.save_distributed_checkpoint)  # per object
         self._shape: MeshShape | None = None
         self._replaced = ReplacedParameters()
-        self._set_up: list[torch.nn.Module] = []
 
     @property
     def default_checkpoint_io(self) -> str:
@@ -128,14 +133,12 @@ class ModelParallelStrategy(ParallelStrategy):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        for key in ("_replaced", "_set_up"):
-            state.pop(key, None)
+        state.pop("_replaced", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._replaced = ReplacedParameters()
-        self._set_up = []
 
     def __repr__(self) -> str:
         return (
@@ -194,7 +197,12 @@ class ModelParallelStrategy(ParallelStrategy):
         return self.active.device or torch.device("cpu")
 
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Parallelize (if still plain), check data parallelism, materialise, accept whole tensors on load."""
+        """Parallelize (if still plain), check data parallelism, materialise, accept whole tensors on load.
+
+        A module an earlier run in these processes left parallelized is taken as it is (its group was kept)."""
+        earlier = SHARDED_MODULES.adopt(module)
+        if earlier is not None:
+            return earlier
         originals = dict(module.named_parameters())
         if not holds_placed_tensors(module):
             module = self._parallelize(module)
@@ -203,7 +211,6 @@ class ModelParallelStrategy(ParallelStrategy):
             self._materialise(module)
         self._replaced.record(originals, module)
         accept_whole_tensors(module)
-        self._set_up.append(module)
         return module
 
     def _parallelize(self, module: torch.nn.Module) -> torch.nn.Module:
@@ -296,16 +303,15 @@ class ModelParallelStrategy(ParallelStrategy):
     # -- end of the run -------------------------------------------------------------------------------
 
     def release_run(self) -> None:
-        """Every module of the run back to a plain, whole one: a collective."""
-        originals = self._replaced.originals()
-        with self.communicator.guard("gathering the trained parameters at teardown (model_parallel)"):
-            for module in self._set_up:
-                release(module, originals)
+        """Reshard the ``fully_shard`` units a forward left gathered: the modules leave the run holding their parts
+        only. Nothing is gathered: see :func:`full_state_dict` for that."""
+        for module in self.set_up_modules:
+            for unit in module.modules():
+                if isinstance(unit, FSDPModule):
+                    unit.reshard()
 
     def forget_run(self) -> None:
-        """Drop this run's references to its mesh and groups (the base class drops the mesh), so that they are
-        freed now, not at exit."""
-        self._set_up.clear()
+        """Forget which parameter replaced which (the base class drops the run's mesh and modules)."""
         self._replaced.clear()
         super().forget_run()
 

@@ -70,9 +70,17 @@ def check_training(directory: Path, mode: str, reference: tuple[list[float], dic
         assert report["local_elements"] == local_elements
         data_parallel = mesh[0]
         assert report["sampler"] == {"num_replicas": data_parallel, "rank": rank if data_parallel == 2 else 0}
-    for rank in (0, 1):  # launch() returned: the teardown gave the module back plain and whole
+    for rank in (0, 1):  # launch() returned: the module is still parallelized, holding this rank's part only
         after = json.loads((directory / f"{mode}-after-{rank}.json").read_text())
-        assert after == {"plain": True, "class": "TinyTransformer"}
+        memory = after.pop("memory")
+        assert after == {"parallelized": True, "local_elements": local_elements, "local_bytes": 4 * local_elements}
+        # Tensor bytes counted exactly (core.testing.memory): the teardown gathers nothing (the barrier's 1-byte
+        # tensor); full_state_dict gathers one tensor at a time, so rank 1 holds at most one whole tensor, two
+        # momentarily for a row-wise weight (sharded on dim 1, gathered along dim 0 then reordered); rank 0 keeps
+        # the state it returns.
+        block = memory["largest_block"]
+        assert memory["teardown_peak"] <= block, memory
+        assert memory["full_state_dict_peak"] <= (memory["whole"] if rank == 0 else 2 * block), memory
 
 
 @pytest.mark.distributed

@@ -3,7 +3,8 @@
     python fsdp_entry_points_job.py OUT
 
 Rank 0 writes OUT/results.pt: the whole weights gathered from the shards as each fit starts and ends (inside
-the run), the module's own state dict after each entry point returned, and the metrics each evaluation returned.
+the run), how the module is sharded after each entry point returned and its state then (gathered by
+``full_state_dict``, outside the run), and the metrics each evaluation returned.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from core_fsdp import full_state_dict
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -77,28 +79,18 @@ class GatherWeights(Callback):
         self.fitted.append(whole(module))
 
 
-def differences(module: torch.nn.Module) -> list[str]:
-    """How ``module`` differs in structure from a freshly built Net: classes, attributes, hooks, parameters."""
-    found = []
-    for (name, mine), (_, fresh) in zip(module.named_modules(), Net().named_modules(), strict=True):
-        if type(mine) is not type(fresh):
-            found.append(f"{name}: class {type(mine).__name__}")
-        if set(vars(mine)) != set(vars(fresh)):
-            found.append(f"{name}: attributes {sorted(set(vars(mine)) ^ set(vars(fresh)))}")
-        hooks = [key for key, value in vars(mine).items() if "hooks" in key and isinstance(value, dict) and value]
-        if hooks:
-            found.append(f"{name}: hooks in {hooks}")
-        for parameter_name, parameter in mine.named_parameters(recurse=False):
-            if type(parameter) is not torch.nn.Parameter or vars(parameter):
-                found.append(f"{name}.{parameter_name}: {type(parameter).__name__} {sorted(vars(parameter))}")
-    return found
-
-
-def plain(module: torch.nn.Module) -> dict[str, Any]:
-    """The module's state dict as it is outside a run, and how it differs from a plain Net."""
-    state = module.state_dict()
-    return {"differences": differences(module),
-            "state": {name: value.detach().clone() for name, value in state.items()}}
+def sharded(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's state as it is outside a run (gathered: a collective), and how much of it this rank holds."""
+    parameters = list(module.parameters())
+    return {
+        "sharded": {
+            "dtensors": all(isinstance(parameter, DTensor) for parameter in parameters),
+            "local_elements": sum(parameter.to_local().numel() if isinstance(parameter, DTensor) else parameter.numel()
+                                  for parameter in parameters),
+            "elements": sum(parameter.numel() for parameter in parameters),
+        },
+        "state": full_state_dict(module),
+    }
 
 
 def main(out: Path) -> None:
@@ -112,12 +104,12 @@ def main(out: Path) -> None:
     sets = evaluation_sets()
     results: dict[str, Any] = {}
     trainer.fit(module, train)
-    results["after_fit"] = plain(module)
+    results["after_fit"] = sharded(module)
     results["validate"] = trainer.validate(module, DataLoader(sets["val"], batch_size=BATCH_SIZE))
-    results["after_validate"] = plain(module)
+    results["after_validate"] = sharded(module)
     results["test"] = trainer.test(module, DataLoader(sets["test"], batch_size=BATCH_SIZE))
     trainer.fit(module, train)
-    results["after_second_fit"] = plain(module)
+    results["after_second_fit"] = sharded(module)
     results["second_test"] = trainer.test(module, DataLoader(sets["test"], batch_size=BATCH_SIZE))
     results["started"], results["fitted"] = gather.started, gather.fitted
     if trainer.is_global_zero:

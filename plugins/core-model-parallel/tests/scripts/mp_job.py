@@ -8,8 +8,10 @@ MODE: ``ddp`` | ``1x2`` | ``2x1`` (data_parallel x tensor_parallel) | ``2x1-full
 (one process, a plain module and no parallelize function: set-up must fail). ``1x1`` modes run one process.
 
 Every rank records OUT/<MODE>-report-<rank>.json: the global loss of each step (the mean over the data-parallel
-replicas), what the mesh and the sampler looked like, and after ``launch`` returned, whether its module is plain
-again. Rank 0 writes the trained weights to OUT/<MODE>-weights.pt. The training modes save a checkpoint after HALF
+replicas), what the mesh and the sampler looked like; and OUT/<MODE>-after-<rank>.json, after ``launch`` returned:
+whether its module is still parallelized, how many elements it holds, and the tensor bytes the teardown and
+``full_state_dict`` allocated (counted by core.testing.memory). Rank 0 writes the trained weights, gathered after
+the run by ``full_state_dict``, to OUT/<MODE>-weights.pt. The training modes save a checkpoint after HALF
 steps to OUT/<MODE>-checkpoint (sharded directory, or one file for ``2x1-full``) and go on to STEPS.
 """
 
@@ -26,6 +28,8 @@ from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, Subset
 
 import core
+from core import hookimpl
+from core.testing.memory import AllocatedTensors, local_bytes
 
 HALF = nd.STEPS // 2
 
@@ -41,7 +45,19 @@ def strategy(mode: str) -> object:
     data_parallel, tensor_parallel = (int(size) for size in shape.split("x"))
     # -no-fully-shard: a parallelize function that forgets fully_shard (refused: nothing averages the replicas)
     parallelize = nd.parallelize_tensors_only if mode.endswith("-no-fully-shard") else nd.parallelize
-    return ModelParallelStrategy(
+
+    class Measured(ModelParallelStrategy):
+        """model_parallel, counting the tensor bytes its teardown allocates on this rank."""
+
+        teardown_memory: AllocatedTensors | None = None
+
+        @hookimpl
+        def strategy_teardown(self) -> None:
+            with AllocatedTensors() as allocated:
+                super().strategy_teardown()
+            self.teardown_memory = allocated
+
+    return Measured(
         data_parallel_size=data_parallel, tensor_parallel_size=tensor_parallel,
         save_distributed_checkpoint=not mode.endswith("-full"), parallelize_fn=parallelize,
     )
@@ -102,10 +118,23 @@ if __name__ == "__main__":
     lite = core.Lite(accelerator="cpu", strategy=strategy(mode), devices=devices(mode))
     trained = lite.launch(run, mode, out, checkpoint)
     assert trained is not None  # ddp-style launch: every rank runs this script and gets its own result
-    # After launch the run is torn down: the module is plain and whole again on every rank.
+    # After launch the run is torn down; the module stays parallelized and the process group with it.
     rank = lite.global_rank
-    plain = not any(isinstance(tensor, DTensor) for tensor in trained.state_dict().values())
-    (out / f"{mode}-after-{rank}.json").write_text(json.dumps({"plain": plain, "class": type(trained).__name__}))
+    after: dict[str, Any] = {"parallelized": all(isinstance(tensor, DTensor) for tensor in trained.parameters())}
+    if mode != "ddp":
+        from core_model_parallel import full_state_dict
+
+        after["local_elements"] = sum(parameter.to_local().numel() if isinstance(parameter, DTensor)
+                                      else parameter.numel() for parameter in trained.parameters())
+        after["local_bytes"] = local_bytes(trained)
+        with AllocatedTensors() as consolidating:
+            whole_state = full_state_dict(trained)
+        teardown = lite.strategy.teardown_memory  # type: ignore[attr-defined]
+        blocks = [parameter.numel() * parameter.element_size() for parameter in trained.parameters()]
+        after["memory"] = {"largest_block": max(blocks), "whole": sum(blocks), "teardown_peak": teardown.peak_bytes,
+                           "full_state_dict_peak": consolidating.peak_bytes}
+    else:
+        whole_state = {name: value.detach().clone() for name, value in trained.state_dict().items()}
+    (out / f"{mode}-after-{rank}.json").write_text(json.dumps(after))
     if rank == 0:
-        torch.save({name: value.detach().clone() for name, value in trained.state_dict().items()},
-                   out / f"{mode}-weights.pt")
+        torch.save(whole_state, out / f"{mode}-weights.pt")

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 
 import core
 from core.callbacks import ModelCheckpoint
+from core.toolkit.strategies import full_state_dict
 
 
 class Language(core.Module):
@@ -67,11 +68,11 @@ def main(layout: str, out: Path, tag: str, epochs: int, checkpoint: Path | None)
     module = Language()
     loader = DataLoader(nd.dataset(nd.STEPS // 2), batch_size=nd.GLOBAL_BATCH, shuffle=False)
     trainer.fit(module, loader, ckpt_path=checkpoint)
+    # After fit the module stays parallelized: gathered whole explicitly (a collective on every rank; rank 0 keeps it).
+    weights = full_state_dict(module.net)
     if trainer.global_rank == 0:
         (out / f"{tag}-losses.json").write_text(json.dumps(module.losses))
-        # After fit the module is plain and whole again (model_parallel releases it at teardown).
-        torch.save({name: value.detach().clone() for name, value in module.net.state_dict().items()},
-                   out / f"{tag}-weights.pt")
+        torch.save(weights, out / f"{tag}-weights.pt")
 
 
 if __name__ == "__main__":
