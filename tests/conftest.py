@@ -137,7 +137,7 @@ def plugin_source(kind: str, alias: str) -> str:
 # `distributed` starts processes (a few seconds), any other test runs in the worker (a fraction of a second).
 HEAVY_FILES = {
     "tests/test_bench_smoke.py": 150.0,
-    "tests/migration/test_migration.py": 150.0,
+    "tests/migration/test_migration.py": 75.0,
     "plugins/core-deepspeed/tests/test_deepspeed_training.py": 150.0,
     "contrib/core-ray/tests/test_ray_jobs.py": 100.0,
     "contrib/core-ray/tests/test_ray_conformance.py": 70.0,

@@ -1,9 +1,10 @@
 """Lightning-style programs run through ``core.lightning`` with one changed import, on 1 and 2 processes.
 
 Each program in programs/ is what a Lightning 2.x user writes. The tests here run it as a script (a real
-process; two DDP processes over gloo where it makes sense) and compare what it produced with the same
-computation written in plain PyTorch: bitwise where Lightning promises it (one process, same order of
-operations), within a stated tolerance where floating-point sums are reordered across processes.
+process, forked from an interpreter that already imported torch: see _fork_server.py; two DDP processes over
+gloo where it makes sense, the second started by the launcher as a fresh interpreter) and compare what it
+produced with the same computation written in plain PyTorch: bitwise where Lightning promises it (one process,
+same order of operations), within a stated tolerance where floating-point sums are reordered across processes.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ import csv
 import functools
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +39,89 @@ _LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_AD
                      "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
 
 
-def run(program: str, out: Path, devices: int = 1, *extra: str, timeout: float = 240) -> dict[str, Any]:
-    """Run one program as a user would (``python program.py``) and return what rank 0 wrote."""
+def program_environment() -> dict[str, str]:
+    """This process's environment without launcher variables, one thread per process (as every program gets it)."""
     environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
     environment["OMP_NUM_THREADS"] = "1"
-    finished = subprocess.run(
-        [sys.executable, str(PROGRAMS / program), str(out), str(devices), *extra],
-        capture_output=True, text=True, timeout=timeout, env=environment, cwd=out.parent,
-    )
+    return environment
+
+
+class ForkServer:
+    """``_fork_server.py``: each program runs in a fork of one interpreter that imported torch (see its docstring)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        with open(log, "wb") as errors:
+            self.process = subprocess.Popen(
+                [sys.executable, str(Path(__file__).parent / "_fork_server.py")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=program_environment(), bufsize=0,
+            )
+        self.buffer = b""
+        self.runs = 0
+
+    def _reply(self, deadline: float) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        descriptor = self.process.stdout.fileno()
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            if select.select([descriptor], [], [], remaining)[0]:
+                chunk = os.read(descriptor, 4096)
+                assert chunk, f"the fork server exited ({self.process.wait()}):\n{self.log.read_text()[-3000:]}"
+                self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def run(self, arguments: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+        """``python ARGUMENTS`` in ``cwd`` with the programs' environment, output captured, as ``subprocess.run``."""
+        assert self.process.stdin is not None
+        self.runs += 1  # the output files sit beside the server's log, never in a directory a program looks at
+        name = f"{self.runs}-{Path(arguments[0]).stem}"
+        stdout, stderr = self.log.with_name(f"{name}.out"), self.log.with_name(f"{name}.err")
+        request = {"argv": arguments, "cwd": str(cwd), "env": program_environment(), "stdout": str(stdout),
+                   "stderr": str(stderr)}
+        deadline = time.monotonic() + timeout
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        pid = self._reply(deadline)["pid"]
+        try:
+            returncode = self._reply(deadline)["returncode"]
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)
+            self._reply(time.monotonic() + 60)
+            raise subprocess.TimeoutExpired(arguments, timeout, stdout.read_text(), stderr.read_text()) from None
+        output = subprocess.CompletedProcess(arguments, returncode, stdout.read_text(), stderr.read_text())
+        stdout.unlink()
+        stderr.unlink()
+        return output
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+_SERVER: list[ForkServer] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    server = ForkServer(tmp_path_factory.mktemp("fork-server") / "server.log")
+    _SERVER.append(server)
+    yield server
+    _SERVER.remove(server)
+    server.close()
+
+
+def run(program: str, out: Path, devices: int = 1, *extra: str, timeout: float = 240) -> dict[str, Any]:
+    """Run one program as a user would (``python program.py``: a process of its own, forked from an interpreter
+    that imported torch, see _fork_server.py) and return what rank 0 wrote."""
+    finished = _SERVER[-1].run([str(PROGRAMS / program), str(out), str(devices), *extra], out.parent, timeout)
     assert finished.returncode == 0, f"{program} failed ({finished.returncode}):\n{finished.stdout}\n{finished.stderr}"
     result_file = out / "result.json"
     return json.loads(result_file.read_text()) if result_file.exists() else {}
