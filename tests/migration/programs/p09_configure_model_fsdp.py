@@ -6,6 +6,7 @@ import sys
 
 import torch
 from _common import arguments, loader, regression_data, write_result
+from torch.distributed.tensor import DTensor
 
 import core.lightning as L
 
@@ -40,10 +41,12 @@ def main() -> None:
     )
     model = Regressor()
     trainer.fit(model, train_dataloaders=loader(regression_data(), batch_size=32 // devices))
+    assert model.net is not None
+    # After fit a sharded module stays sharded (as in Lightning): every rank gathers the whole weights.
+    weights = {name: value.full_tensor() if isinstance(value, DTensor) else value
+               for name, value in model.net.state_dict().items()}
     if trainer.is_global_zero:
-        assert model.net is not None
-        write_result(out, {"configure_model_calls": model.configure_model_calls, "strategy": strategy},
-                     model.net.state_dict())
+        write_result(out, {"configure_model_calls": model.configure_model_calls, "strategy": strategy}, weights)
 
 
 if __name__ == "__main__":
