@@ -588,7 +588,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
 
         The checkpoint is read with ``weights_only=True``: nothing in it can run code.
         """
-        from core.toolkit import restore_state, safe_torch_load
+        from core.toolkit.checkpoint import restore_state, safe_torch_load
 
         where = os.fspath(checkpoint_path)
         checkpoint = safe_torch_load(where, map_location if map_location is not None else "cpu", True)
