@@ -77,15 +77,17 @@ def main(layout: str, out: Path, tag: str, epochs: int, checkpoint: Path | None)
     validation = DataLoader(torch.utils.data.TensorDataset(tokens + 0, targets), batch_size=nd.GLOBAL_BATCH)
     trainer.fit(module, train, validation, ckpt_path=checkpoint)
     holds = sorted(module.state_dict().keys())
-    again = None
+    if trainer.global_rank == 0:
+        report = {"losses": module.losses, "validation": module.validation, "holds": holds}
+        (out / f"{tag}-report.json").write_text(json.dumps(report))
     if layout != "one":  # this rank's Module holds its stage only now: a second set-up is refused with the way out
+        # Every rank raises it. Rank 1's error ends rank 1, and its launcher (rank 0) stops the job, unless rank 0's
+        # own error got there first, which it then catches here: either way the message reaches the user.
         try:
             trainer.validate(module, validation)
         except core.CoreError as error:
-            again = [type(error).__name__, str(error)]
-    if trainer.global_rank == 0:
-        report = {"losses": module.losses, "validation": module.validation, "holds": holds, "again": again}
-        (out / f"{tag}-report.json").write_text(json.dumps(report))
+            if trainer.global_rank == 0:
+                (out / f"{tag}-again.json").write_text(json.dumps([type(error).__name__, str(error)]))
 
 
 if __name__ == "__main__":
