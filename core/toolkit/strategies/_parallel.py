@@ -16,6 +16,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import torch
 import torch.distributed as dist
 
+# Imported before any process group exists, on purpose: this module's functions take ``group=group.WORLD`` as a
+# default argument, so importing it once a group exists (DistributedDataParallel does, lazily, and so may a plugin's
+# engine) would hold the world group forever and free it only during interpreter shutdown, where gloo aborts the
+# process ("terminate called without an active exception"). core-ddp's module did this for every strategy that
+# derived from it; every process-group strategy derives from this one now.
+import torch.distributed.nn.functional
+
 from core import ConfigurationError, hookimpl
 from core.toolkit import is_interactive
 
