@@ -80,7 +80,8 @@ def main(layout: str, out: Path, tag: str, epochs: int, checkpoint: Path | None)
     if trainer.global_rank == 0:
         report = {"losses": module.losses, "validation": module.validation, "holds": holds}
         (out / f"{tag}-report.json").write_text(json.dumps(report))
-    if layout != "one":  # this rank's Module holds its stage only now: a second set-up is refused with the way out
+    if layout != "one" and checkpoint is None:  # (the first pipeline run only: its fixture reads either outcome)
+        # This rank's Module holds its stage only now: a second set-up is refused with the way out.
         # Every rank raises it. Rank 1's error ends rank 1, and its launcher (rank 0) stops the job, unless rank 0's
         # own error got there first, which it then catches here: either way the message reaches the user.
         try:
