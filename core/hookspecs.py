@@ -400,8 +400,14 @@ def strategy_optimizer_step(optimizer: torch.optim.Optimizer, kwargs: Mapping[st
     :param kwargs: Keyword arguments for ``optimizer.step`` (a ``closure``).
     :return: What the step returned.
 
-    Implemented by strategies; most delegate to :func:`precision_optimizer_step`. Called on every
-    optimizer step taken through a set-up optimizer. Stops at first non-None result.
+    Optional: without it the run's precision steps the optimizer. A strategy that implements it (to
+    synchronise first, or to mark a step) steps through
+    ``core.toolkit.strategies.optimizer_step(self.active, optimizer, **kwargs)``, which runs
+    :func:`precision_optimizer_step` where the precision implements it and ``optimizer.step()``
+    otherwise, exactly once. Calling ``active.hook.precision_optimizer_step`` itself never steps with a
+    precision that lacks the hook, and stepping again when it returns ``None`` steps twice with the
+    built-in precisions (they return what ``optimizer.step()`` returned). Called on every optimizer
+    step taken through a set-up optimizer. Stops at first non-None result.
     """
 
 
@@ -651,8 +657,9 @@ def precision_optimizer_step(optimizer: torch.optim.Optimizer, kwargs: Mapping[s
     :param kwargs: Keyword arguments for ``optimizer.step``.
     :return: What the step returned.
 
-    Implemented by precisions. Called by strategies from :func:`strategy_optimizer_step`.
-    Stops at first non-None result.
+    Implemented by precisions; optional. Called once per step: by ``Lite`` when the strategy has no
+    :func:`strategy_optimizer_step`, and by strategies through
+    ``core.toolkit.strategies.optimizer_step``. Stops at first non-None result.
     """
 
 

@@ -22,7 +22,7 @@ import torch
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
 from core.toolkit import check_whole
-from core.toolkit.strategies import check_reduce_op
+from core.toolkit.strategies import check_reduce_op, optimizer_step
 
 from . import _engine
 
@@ -181,7 +181,7 @@ class HorovodStrategy:
                 f"every {self.backward_passes_per_step}. Pass strategy=HorovodStrategy(backward_passes_per_step="
                 f"{passes}) when you accumulate {passes} batches (under lite.no_backward_sync or not)."
             )
-        return self.active.hook.precision_optimizer_step(optimizer=optimizer, kwargs=kwargs)
+        return optimizer_step(self.active, optimizer, **kwargs)
 
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> contextlib.AbstractContextManager[None]:

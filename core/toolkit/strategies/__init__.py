@@ -16,6 +16,12 @@ once the world group is gone. :class:`Communicator` runs the collectives of one 
 into :class:`CollectiveError` (:class:`CollectiveTimeoutError` when a rank stopped participating,
 :class:`PeerLostError` when one vanished).
 
+**Stepping an optimizer.** A strategy that implements ``strategy_optimizer_step`` steps through
+:func:`optimizer_step` (``return optimizer_step(self.active, optimizer, **kwargs)``): the run's precision steps
+it where the precision implements ``precision_optimizer_step``, ``optimizer.step()`` otherwise, exactly once
+either way. Calling the hook itself never steps with a precision that lacks it, and stepping again when it
+returned ``None`` steps twice with the built-in precisions.
+
 **Launchers.** A :class:`Launcher` starts the processes of a job and runs the function in them; each holds its
 own state. :class:`ScriptLauncher` runs the script again as the other local ranks (``ddp``);
 :class:`MultiprocessingLauncher` starts them with ``torch.multiprocessing`` and returns rank 0's result
@@ -68,6 +74,7 @@ from core.toolkit.strategies._sharding import (
     gather_full_state,
 )
 from core.toolkit.strategies._single import REDUCE_OPS, SingleDeviceStrategy, check_reduce_op
+from core.toolkit.strategies._steps import optimizer_step
 
 __all__ = [
     "JOB_VARIABLE",
@@ -97,4 +104,5 @@ __all__ = [
     "forget_mesh_groups",
     "full_state_dict",
     "gather_full_state",
+    "optimizer_step",
 ]

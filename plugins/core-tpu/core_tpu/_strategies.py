@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import torch
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit.strategies import SingleDeviceStrategy, check_reduce_op
+from core.toolkit.strategies import SingleDeviceStrategy, check_reduce_op, optimizer_step
 from core.toolkit.tensors import apply_to_tensors
 
 from . import _launcher
@@ -53,7 +53,7 @@ class SingleXLAStrategy(SingleDeviceStrategy):
     @hookimpl
     def strategy_optimizer_step(self, optimizer: torch.optim.Optimizer, kwargs: Mapping[str, Any]) -> Any:
         xm = xla("core.xla_model")
-        result = self.active.hook.precision_optimizer_step(optimizer=optimizer, kwargs=kwargs)
+        result = optimizer_step(self.active, optimizer, **kwargs)
         xm.mark_step()
         return result
 
@@ -98,7 +98,7 @@ class XLAStrategy(SingleXLAStrategy):
     def strategy_optimizer_step(self, optimizer: torch.optim.Optimizer, kwargs: Mapping[str, Any]) -> Any:
         xm = xla("core.xla_model")
         xm.reduce_gradients(optimizer)
-        result = self.active.hook.precision_optimizer_step(optimizer=optimizer, kwargs=kwargs)
+        result = optimizer_step(self.active, optimizer, **kwargs)
         xm.mark_step()
         return result
 
