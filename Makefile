@@ -1,25 +1,39 @@
-# Two commands from a fresh clone: `make demo` and `make test`. Both set everything up first.
+# Two commands from a fresh clone: `make demo` and `make test`. Both set up what they need first: `make demo` only
+# the main job's part (`make setup`), `make test` the rest on top of it (`make setup-all`).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Every distribution under plugins/ and contrib/ is installed in editable mode, found by its pyproject.
-DISTS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml))
+STAMP_ALL := $(VENV)/.installed-all
+# Every distribution under plugins/ and contrib/ is installed in editable mode, found by its pyproject: the
+# first-party plugins by `make setup`, the engines under contrib/ by `make setup-all`.
+PLUGIN_DISTS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
+CONTRIB_DISTS := $(patsubst %/pyproject.toml,%,$(wildcard contrib/*/pyproject.toml))
+DISTS := $(PLUGIN_DISTS) $(CONTRIB_DISTS)
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint typecheck unit demo bench bench-peers docs clean stress
+.PHONY: setup setup-all test lint typecheck unit demo bench bench-peers docs dist clean stress
 
+# What the main job needs: the venv, torch from the pin in constraints.txt, core with its `examples` extra
+# (scikit-learn) and every first-party plugin under plugins/, in editable mode.
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(DISTS)) $(wildcard scripts/system-deps.sh) scripts/setup.sh
-	# The venv (torch from the pin in constraints.txt, then core and every distribution in editable mode, then
-	# Horovod), while scripts/system-deps.sh installs the SLURM and MPI packages beside it.
-	scripts/setup.sh $(PYTHON) $(VENV) $(DISTS)
+$(STAMP): pyproject.toml constraints.txt $(addsuffix /pyproject.toml,$(PLUGIN_DISTS)) scripts/setup.sh
+	scripts/setup.sh demo $(PYTHON) $(VENV) $(PLUGIN_DISTS)
 	touch $(STAMP)
 
-lint: setup
+# The rest, on top of `make setup`: core's `test` extra (pytest, mypy, ruff, the docs toolchain, MLflow, W&B, ...),
+# the engines under contrib/ in editable mode, Horovod's build, and scripts/system-deps.sh's SLURM, munge and
+# Open MPI (apt, in the background while pip runs). Done once: its stamp is newer than everything it read.
+setup-all: $(STAMP_ALL)
+
+$(STAMP_ALL): $(STAMP) $(addsuffix /pyproject.toml,$(CONTRIB_DISTS)) $(wildcard scripts/system-deps.sh)
+	scripts/setup.sh all $(PYTHON) $(VENV) $(CONTRIB_DISTS)
+	touch $(STAMP_ALL)
+
+lint: setup-all
 	$(PY) -m ruff check $(wildcard core plugins contrib tests bench examples scripts)
 	# The architecture's import rules (pyproject.toml [tool.importlinter]): a violation names the import and its line.
 	$(VENV)/bin/lint-imports
@@ -37,7 +51,7 @@ TEST_MYPYPATH := $(subst $(space),:,$(DISTS) plugins/core-model-parallel/tests/s
 # The packages in one run, then the test directories one at a time in TYPECHECK_LANES lanes at once, each lane on
 # its own copy of the cache (two mypy runs sharing .mypy_cache at once reported errors a serial run does not).
 TYPECHECK_LANES ?= 2
-typecheck: setup
+typecheck: setup-all
 	TEST_MYPYPATH=$(TEST_MYPYPATH) scripts/typecheck.sh $(PY) $(TYPECHECK_LANES) core bench $(PACKAGES) -- $(TEST_DIRS)
 
 # Two pytest workers (pytest-xdist) by default, a test file whole on one worker (--dist loadfile), so a module's
@@ -47,7 +61,7 @@ typecheck: setup
 # --no-loadscope-reorder: the files go out heaviest first, in the order tests/conftest.py gives the workers
 # (xdist's own order, the files with the most tests first, left the heaviest files, which have few tests, to the end).
 PYTEST_WORKERS ?= 2
-unit: setup
+unit: setup-all
 	if [ "$(PYTEST_WORKERS)" = 0 ]; then \
 		$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS); \
 	else \
@@ -57,7 +71,7 @@ unit: setup
 	fi
 
 # The three phases in order, each one's wall time and the CPU time of its processes (bash's `time`).
-test: setup
+test: setup-all
 	@TIMEFORMAT='[test] lint took %0R s (CPU %0U s user + %0S s system)'; time $(MAKE) --no-print-directory lint
 	@TIMEFORMAT='[test] typecheck took %0R s (CPU %0U s user + %0S s system)'; time $(MAKE) --no-print-directory typecheck
 	@TIMEFORMAT='[test] unit took %0R s (CPU %0U s user + %0S s system)'; time $(MAKE) --no-print-directory unit
@@ -74,7 +88,7 @@ demo: setup
 # Not part of `make test`: every multi-process test file STRESS_N times (default 10), then 5 rounds of 8
 # concurrent 2-process ddp jobs; prints the failure count per test.
 STRESS_N ?= 10
-stress: setup
+stress: setup-all
 	STRESS_N=$(STRESS_N) $(PY) scripts/stress.py $(STRESS_ARGS)
 
 bench: setup
@@ -88,11 +102,18 @@ bench-peers:
 	$(PEERS_VENV)/bin/python -m bench.peers
 	$(PEERS_VENV)/bin/python -m bench.peers_gpt
 
-docs: setup
+docs: setup-all
 	$(PY) scripts/gen_hooks_doc.py
 	$(PY) scripts/gen_trainer_flags_doc.py
 	@if [ -f scripts/gen_compatibility.py ]; then $(PY) scripts/gen_compatibility.py; fi
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
+# A wheel and an sdist of every distribution (core, plugins/*, contrib/*) in dist/, twine-checked, and a PEP 503
+# index of them in dist/simple/ for `pip install --index-url file://$(CURDIR)/dist/simple ...` (README, "Install").
+dist: setup
+	$(PY) -m pip install --quiet -c constraints.txt 'build>=1.2' 'twine>=5'
+	$(PY) scripts/build_dist.py --out dist . $(DISTS)
+	$(PY) -m twine check --strict dist/*.whl dist/*.tar.gz
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist
