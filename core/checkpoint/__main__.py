@@ -1,0 +1,5 @@
+import sys
+
+from core.checkpoint._cli import main
+
+sys.exit(main())

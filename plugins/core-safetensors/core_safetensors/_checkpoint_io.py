@@ -1,0 +1,246 @@
+"""The ``safetensors`` checkpoint_io: a checkpoint directory whose weights Hugging Face tools read as they are.
+
+``path`` is a directory:
+
+- ``model.safetensors``, or shards ``model-0000i-of-0000N.safetensors`` with ``model.safetensors.index.json``: the
+  module's weights (the checkpoint entry ``weights_key``, ``"model"`` or ``"state_dict"`` by default);
+- ``state.pt``: everything else (optimizer, step counters, ...) in the project's own format (the ``torch``
+  checkpoint_io's file), or ``state/``, a ``distributed`` (core-dcp) directory, when that state is sharded;
+- the checksums of the files (:func:`core.toolkit.checkpoint.seal_directory`), verified before loading.
+
+Everything is written into a hidden directory beside ``path`` and renamed into place once complete, so a crash
+mid-save leaves the previous checkpoint as it was. Sharded weights are gathered tensor by tensor to the rank that
+writes their file (safetensors has no partial tensors): see :mod:`core_safetensors._weights`.
+
+Loading returns whole tensors on every rank, as strategies expect from a checkpoint_io (``fsdp`` and
+``model_parallel`` keep each rank's part when the module loads them); to read only a sharded module's own slices,
+call :func:`core_safetensors.load_weights` on the module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+import torch.distributed as dist
+from core_dcp import DistributedCheckpointIO, holds_dtensors
+
+from core import CheckpointError, ConfigurationError, hookimpl
+from core.toolkit import local_path
+from core.toolkit.checkpoint import atomic_torch_save, safe_torch_load, seal_directory, verify_directory
+
+from ._format import parse_size, tensor_ranges, weight_map
+from ._weights import WRITERS, check_weights, read_all, read_file_key, read_weights, write_weights
+
+if TYPE_CHECKING:
+    from core import ActiveSet
+
+STATE_FILE: Final = "state.pt"
+"""The checkpoint's values other than the weights, in the ``torch`` checkpoint_io's format."""
+
+STATE_DIRECTORY: Final = "state"
+"""The same, as a ``distributed`` (core-dcp) directory, when the optimizer state is sharded."""
+
+WEIGHTS_KEYS: Final = ("model", "state_dict")
+"""Where the weights are looked for when no ``weights_key`` is given: ``Lite.save``'s and the Trainer's names."""
+
+
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _install(partial: Path, target: Path) -> None:
+    """Move the finished ``partial`` directory to ``target``, replacing what was there."""
+    if target.exists() or target.is_symlink():
+        retired = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
+        os.replace(target, retired)
+        os.replace(partial, target)
+        if retired.is_dir() and not retired.is_symlink():
+            shutil.rmtree(retired)
+        else:
+            retired.unlink()
+    else:
+        os.replace(partial, target)
+    _fsync_directory(target.parent)
+
+
+class SafetensorsCheckpointIO:
+    """Checkpoints as directories whose weights are Hugging Face's ``model.safetensors`` (or its shards).
+
+    :param weights_key: The checkpoint entry holding the module's state dict. ``None``: ``"model"``, else
+        ``"state_dict"``, whichever the checkpoint has (a checkpoint with neither is written to ``state.pt`` only).
+    :param max_shard_size: Split the weights into files of at most this size (bytes, or ``"5GB"`` / ``"500MiB"``),
+        with ``model.safetensors.index.json``; ``None``: one ``model.safetensors``.
+    :param writers: For sharded weights (``fsdp``, ``model_parallel``): ``"all"`` deals the files out to the ranks,
+        each gathering and writing its own; ``"rank0"`` gathers everything on rank 0, which writes alone.
+    :param checksums: Seal the files' xxHash digests into the directory and verify them on load, so a flipped bit is
+        a :class:`core.CheckpointError` naming the file and tensor (a directory written elsewhere has none and loads
+        unverified). ``False`` skips both.
+    """
+
+    kind: Final = "checkpoint_io"
+    name: Final = "safetensors"
+    writes_shards: Final = True
+    """Strategies read this: every rank may call ``checkpoint_io_save`` with its shards of the state."""
+
+    def __init__(self, weights_key: str | None = None, max_shard_size: int | str | None = None, writers: str = "all",
+                 checksums: bool = True) -> None:
+        if weights_key is not None and not isinstance(weights_key, str):
+            raise ConfigurationError(f"SafetensorsCheckpointIO(weights_key={weights_key!r}): expected a string.")
+        if writers not in WRITERS:
+            raise ConfigurationError(
+                f"SafetensorsCheckpointIO(writers={writers!r}): expected one of {list(WRITERS)}.")
+        if not isinstance(checksums, bool):
+            raise ConfigurationError(f"SafetensorsCheckpointIO(checksums={checksums!r}): expected True or False.")
+        self.weights_key = weights_key
+        self.max_shard_size = None if max_shard_size is None else parse_size(max_shard_size)
+        self.writers = writers
+        self.checksums = checksums
+        self._active: ActiveSet | None = None
+
+    @hookimpl
+    def core_attach(self, active: ActiveSet) -> None:
+        self._active = active
+
+    def _target(self, path: str) -> Path:
+        target = local_path(path)
+        if target is None:
+            raise ConfigurationError(
+                f"The 'safetensors' checkpoint_io writes to a local or shared filesystem path, got the URL {path!r}. "
+                f"Mount the storage, or use plugins=['torch'], which takes URLs."
+            )
+        return target
+
+    def _barrier(self, name: str) -> None:
+        if self._active is not None:
+            self._active.hook.strategy_barrier(name=name)
+        else:
+            dist.barrier()
+
+    def _weights_key(self, checkpoint: dict[str, Any]) -> str | None:
+        if self.weights_key is not None:
+            if self.weights_key not in checkpoint:
+                raise ConfigurationError(
+                    f"SafetensorsCheckpointIO(weights_key={self.weights_key!r}), but the checkpoint has no such "
+                    f"entry; its entries: {sorted(map(str, checkpoint))}."
+                )
+            return self.weights_key
+        return next((key for key in WEIGHTS_KEYS if key in checkpoint), None)
+
+    @hookimpl
+    def checkpoint_io_save(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
+        if storage_options is not None:
+            raise ConfigurationError(
+                f"The 'safetensors' checkpoint_io takes no storage_options, got {storage_options!r}; configure it "
+                f"with SafetensorsCheckpointIO(max_shard_size=..., writers=...)."
+            )
+        target = self._target(path)
+        key = self._weights_key(checkpoint)
+        weights = check_weights(checkpoint[key], key) if key is not None else {}
+        rest = {name: value for name, value in checkpoint.items() if name != key}
+        collective = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1 and holds_dtensors(
+            checkpoint)
+        if collective:
+            self._save_collective(target, key, weights, rest)
+        else:
+            self._save_alone(target, key, weights, rest)
+
+    def _save_alone(self, target: Path, key: str | None, weights: dict[str, torch.Tensor],
+                    rest: dict[str, Any]) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}.partial")
+        try:
+            partial.mkdir()
+            if key is not None:
+                write_weights(partial, weights, key, self.max_shard_size)
+            if rest or key is None:
+                atomic_torch_save(rest, str(partial / STATE_FILE), checksum=self.checksums)
+            self._finish(partial, target)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+
+    def _save_collective(self, target: Path, key: str | None, weights: dict[str, torch.Tensor],
+                         rest: dict[str, Any]) -> None:
+        # One name every rank agrees on without a message; rank 0 clears what a crashed save left there.
+        partial = target.with_name(f".{target.name}.partial")
+        rank = dist.get_rank()
+        if rank == 0:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+        self._barrier("safetensors checkpoint: prepare")
+        if key is not None:
+            write_weights(partial, weights, key, self.max_shard_size, self.writers)
+        if holds_dtensors(rest):  # sharded optimizer state: every rank writes its part, in core-dcp's format
+            DistributedCheckpointIO(checksums=self.checksums).checkpoint_io_save(
+                checkpoint=rest, path=str(partial / STATE_DIRECTORY), storage_options=None)
+        elif (rest or key is None) and rank == 0:
+            atomic_torch_save(rest, str(partial / STATE_FILE), checksum=self.checksums)
+        self._barrier("safetensors checkpoint: written")
+        if rank == 0:
+            try:
+                self._finish(partial, target)
+            finally:
+                shutil.rmtree(partial, ignore_errors=True)
+        self._barrier("safetensors checkpoint: installed")
+
+    def _finish(self, partial: Path, target: Path) -> None:
+        if self.checksums:
+            seal_directory(partial, tensor_ranges(partial, str(target)))
+        _install(partial, target)
+
+    @hookimpl
+    def checkpoint_io_load(self, path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:
+        target = self._target(path)
+        if not target.exists():
+            raise CheckpointError(f"No checkpoint at {path!r}: the directory does not exist.")
+        device = self._device(map_location)
+        if target.is_file():
+            if target.suffix == ".safetensors":  # a lone weights file, e.g. from safetensors.torch.save_file
+                return {self.weights_key or WEIGHTS_KEYS[0]: read_weights(target, device)}
+            loaded: dict[str, Any] = safe_torch_load(target, map_location, weights_only, verify=self.checksums)
+            return loaded
+        if self.checksums:
+            verify_directory(target, path)
+        mapping = weight_map(target, path)
+        checkpoint: dict[str, Any] = {}
+        if mapping is not None:
+            key = self.weights_key or read_file_key(target, mapping, path) or WEIGHTS_KEYS[0]
+            checkpoint[key] = read_all(target, mapping, path, device)
+        if (target / STATE_DIRECTORY).is_dir():
+            checkpoint.update(DistributedCheckpointIO(checksums=self.checksums).checkpoint_io_load(
+                path=str(target / STATE_DIRECTORY), map_location=map_location, weights_only=weights_only))
+        elif (target / STATE_FILE).is_file():
+            checkpoint.update(safe_torch_load(target / STATE_FILE, map_location, weights_only, verify=self.checksums))
+        elif mapping is None:
+            raise CheckpointError(
+                f"{path!r} is not a 'safetensors' checkpoint: it has no model.safetensors, no "
+                f"model.safetensors.index.json and no {STATE_FILE}."
+            )
+        return checkpoint
+
+    @staticmethod
+    def _device(map_location: Any | None) -> str:
+        if map_location is None:
+            return "cpu"
+        if not isinstance(map_location, (str, torch.device)):
+            raise ConfigurationError(
+                f"The 'safetensors' checkpoint_io takes a device as map_location, got {map_location!r}."
+            )
+        return str(torch.device(map_location))
+
+    @hookimpl
+    def checkpoint_io_remove(self, path: str) -> None:
+        target = self._target(path)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
