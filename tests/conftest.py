@@ -142,6 +142,8 @@ HEAVY_FILES = {
     "contrib/core-ray/tests/test_ray_jobs.py": 100.0,
     "contrib/core-ray/tests/test_ray_conformance.py": 70.0,
     "contrib/core-torchft/tests/test_torchft_replicas.py": 80.0,
+    "contrib/core-diloco/tests/test_diloco_training.py": 60.0,
+    "contrib/core-diloco/tests/test_diloco_conformance.py": 35.0,
     "plugins/core-ddp/tests/test_ddp_clean_exit.py": 45.0,
 }
 DISTRIBUTED_TEST_COST = 3.0

@@ -1,0 +1,252 @@
+"""``DiLoCoExtension``: DiLoCo around a DDP-family strategy, with ``wrapper=True`` hooks only.
+
+The processes form a device mesh ``replicate x inner``: the ``inner`` dimension is a group that trains like plain
+data parallelism (the strategy's ``DistributedDataParallel``, moved onto the group's process group), the
+``replicate`` dimension joins each rank with its counterparts in the other groups, and only the outer
+synchronisation crosses it.
+
+Hooks and what each adds:
+
+- ``strategy_setup_environment``: build the mesh once the world's process group exists.
+- ``strategy_configure_ddp``: let the strategy wrap the module (its DDP broadcasts rank 0's parameters to every
+  rank, so all groups start equal), then wrap the same module again over the ``inner`` group only.
+- ``strategy_setup_optimizer``: give the optimizer an :class:`OuterSync`, driven by its step hooks.
+- ``strategy_save_state`` / ``strategy_save_checkpoint`` / ``strategy_load_checkpoint``: finish a synchronisation
+  in flight; write every group's state (their parameters and inner optimizers differ between synchronisations)
+  and give each group its own back on load.
+- ``strategy_teardown``: finish what is in flight, unhook, and drop the mesh's groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any, Final
+
+import attrs
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from core import ActiveSet, CheckpointError, ConfigurationError, hookimpl
+from core.toolkit import check_whole
+from core.toolkit.strategies import failing, forget_mesh_groups
+
+from ._options import DiLoCoOptions, OuterOptimizerFactory
+from ._sync import OuterSync, Traffic
+
+CHECKPOINT_KEY: Final = "diloco_groups"
+"""The checkpoint entry holding the other groups' states (the writing rank's group is the checkpoint itself)."""
+
+
+class DiLoCoExtension:
+    """DiLoCo (arXiv 2311.08105) and Streaming DiLoCo (arXiv 2501.18512) over a DDP-family strategy.
+
+    :param replicas: How many groups train apart (the mesh's ``replicate`` size); the world size must be a
+        multiple of it. Default: one group per node on several nodes, else one group per process.
+    :param sync_every: ``H``, inner steps between synchronisations of a fragment (see :class:`DiLoCoOptions`).
+    :param outer_optimizer: ``"nesterov"`` (default), ``"sgd"`` or a callable ``params -> Optimizer``.
+    :param outer_lr: Outer learning rate (default 0.7, the paper's).
+    :param outer_momentum: Outer momentum (default 0.9, the paper's).
+    :param fragments: Streaming DiLoCo's number of fragments (1: plain DiLoCo).
+    :param compression: ``"none"``, ``"bf16"`` or ``"int8"`` for the pseudo-gradient between groups.
+    :param overlap: Apply a synchronisation one step after sending it (default: only when streaming).
+
+    The options are read when an optimizer is set up: ``extension.options = attrs.evolve(extension.options, ...)``
+    changes them for the optimizers set up afterwards.
+    """
+
+    kind: Final = "extension"
+    name: Final = "diloco"
+    contract_version: Final = 1
+
+    def __init__(
+        self,
+        replicas: int | None = None,
+        sync_every: int = 500,
+        outer_optimizer: str | OuterOptimizerFactory = "nesterov",
+        outer_lr: float = 0.7,
+        outer_momentum: float = 0.9,
+        fragments: int = 1,
+        compression: str = "none",
+        overlap: bool | None = None,
+    ) -> None:
+        self.replicas = None if replicas is None else check_whole("DiLoCoExtension", "replicas", replicas, 1)
+        self.options = DiLoCoOptions(
+            sync_every=sync_every, outer_optimizer=outer_optimizer, outer_lr=outer_lr,
+            outer_momentum=outer_momentum, fragments=fragments, compression=compression, overlap=overlap,
+        )
+        self.traffic = Traffic()
+        """Bytes and collectives this rank sent to the other groups (the outer synchronisations only)."""
+        self.syncs: list[OuterSync] = []
+        self.mesh: Any = None
+        self.active: ActiveSet | None = None
+
+    def __repr__(self) -> str:
+        return f"DiLoCoExtension(replicas={self.replicas}, {attrs.asdict(self.options)})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spawned ranks get the options; the run's mesh and outer state are made in each rank.
+        return {"replicas": self.replicas, "options": self.options, "traffic": Traffic(), "syncs": [],
+                "mesh": None, "active": None}
+
+    # -- the mesh -----------------------------------------------------------------------------------------
+
+    @property
+    def replica_group(self) -> Any:
+        """This rank's process group across the groups (the mesh's ``replicate`` dimension)."""
+        return self._mesh().get_group("replicate")
+
+    @property
+    def inner_group(self) -> Any:
+        """This rank's own group (the mesh's ``inner`` dimension)."""
+        return self._mesh().get_group("inner")
+
+    @property
+    def replica_index(self) -> int:
+        """Which group this rank belongs to (0 to ``replicas - 1``)."""
+        index: int = self._mesh().get_local_rank("replicate")
+        return index
+
+    def _mesh(self) -> Any:
+        if self.mesh is None:
+            raise ConfigurationError(
+                "The diloco extension has no device mesh yet: it is built when the strategy sets up the process "
+                "group (inside Lite.launch / the Trainer's run)."
+            )
+        return self.mesh
+
+    def _layout(self, world_size: int) -> tuple[int, int]:
+        replicas = self.replicas
+        if replicas is None:
+            nodes = self.active.config.num_nodes if self.active is not None else 1
+            replicas = nodes if nodes > 1 else world_size
+        if world_size % replicas:
+            raise ConfigurationError(
+                f"DiLoCoExtension(replicas={replicas}) does not divide the {world_size} processes of this run into "
+                f"equal groups; pass a replicas that divides {world_size} (the mesh is replicas x processes per "
+                f"group)."
+            )
+        return replicas, world_size // replicas
+
+    # -- hooks --------------------------------------------------------------------------------------------
+
+    @hookimpl
+    def core_attach(self, active: ActiveSet) -> None:
+        self.active = active
+        wraps_ddp = any(
+            not (impl.wrapper or impl.hookwrapper) for impl in active.hook.strategy_configure_ddp.get_hookimpls()
+        )
+        if not wraps_ddp:
+            raise ConfigurationError(
+                f"The diloco extension runs data parallelism inside each group with DistributedDataParallel, but the "
+                f"strategy {active.config.strategy!r} does not wrap modules in it (it implements no "
+                f"strategy_configure_ddp). Use strategy='ddp' (or ddp_spawn / ddp_fork); fsdp and model_parallel "
+                f"inside a group are not supported yet."
+            )
+
+    @hookimpl(wrapper=True)
+    def strategy_setup_environment(self) -> Generator[None, None, None]:
+        result = yield
+        if dist.is_available() and dist.is_initialized():
+            from torch.distributed.device_mesh import init_device_mesh
+
+            replicas, inner = self._layout(dist.get_world_size())
+            device = self.active.device if self.active is not None else None
+            device_type = device.type if isinstance(device, torch.device) else "cpu"
+            self.mesh = init_device_mesh(device_type, (replicas, inner), mesh_dim_names=("replicate", "inner"))
+        return result
+
+    @hookimpl(wrapper=True)
+    def strategy_configure_ddp(
+        self, module: torch.nn.Module, device_ids: Sequence[int] | None
+    ) -> Generator[None, torch.nn.Module, torch.nn.Module]:
+        world_wrapped = yield
+        if not isinstance(world_wrapped, DistributedDataParallel):
+            raise ConfigurationError(
+                f"The diloco extension moves DistributedDataParallel onto each group's process group, but "
+                f"strategy_configure_ddp returned a {type(world_wrapped).__name__}. Use it with a strategy built on "
+                f"torch's DistributedDataParallel."
+            )
+        options = {
+            "find_unused_parameters": world_wrapped.find_unused_parameters,
+            "gradient_as_bucket_view": world_wrapped.gradient_as_bucket_view,
+            "static_graph": bool(getattr(world_wrapped, "static_graph", False)),
+            "bucket_cap_mb": world_wrapped.bucket_bytes_cap / 2**20,
+        }
+        # The world-wide wrapper did its one job (rank 0's parameters on every rank); its reducer goes with it.
+        for attribute in ("logger", "reducer", "process_group"):
+            world_wrapped.__dict__.pop(attribute, None)
+        del world_wrapped
+        return DistributedDataParallel(
+            module, device_ids=list(device_ids) if device_ids is not None else None,
+            process_group=self.inner_group, **options,
+        )
+
+    @hookimpl(wrapper=True)
+    def strategy_setup_optimizer(
+        self, optimizer: torch.optim.Optimizer
+    ) -> Generator[None, torch.optim.Optimizer | None, torch.optim.Optimizer | None]:
+        prepared = yield
+        target = prepared if prepared is not None else optimizer
+        parameters = [parameter for group in target.param_groups for parameter in group["params"]]
+        sync = OuterSync(parameters, self.options, self.replica_group, self.traffic)
+        sync.attach(target)
+        self.syncs.append(sync)
+        return prepared
+
+    @hookimpl(wrapper=True)
+    def strategy_save_state(self) -> Generator[None, Any, Any]:
+        # Called first by Lite.save: land every synchronisation in flight before any state dict is taken.
+        for sync in self.syncs:
+            sync.finish()
+        return (yield)
+
+    @hookimpl(wrapper=True)
+    def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> Generator[None, None, None]:
+        if self.mesh is not None and self.mesh.size(0) > 1:
+            # Between synchronisations each group has its own parameters and inner optimizer state. The writing
+            # rank's group is the checkpoint itself; the others ride along under CHECKPOINT_KEY.
+            mine = {key: value for key, value in state.items() if key != CHECKPOINT_KEY}
+            everyone: list[Any] = [None] * self.mesh.size(0)
+            dist.all_gather_object(everyone, mine, group=self.replica_group)
+            state[CHECKPOINT_KEY] = {
+                "group": self.replica_index,
+                "groups": {
+                    str(index): entries for index, entries in enumerate(everyone) if index != self.replica_index
+                },
+            }
+        return (yield)
+
+    @hookimpl(wrapper=True)
+    def strategy_load_checkpoint(self, path: str, weights_only: bool) -> Generator[None, Any, Any]:
+        loaded = yield
+        if not isinstance(loaded, dict) or CHECKPOINT_KEY not in loaded:
+            return loaded
+        loaded = dict(loaded)
+        entry = loaded.pop(CHECKPOINT_KEY)
+        if self.mesh is None:
+            return loaded
+        index = self.replica_index
+        if index != entry["group"]:
+            groups = entry["groups"]
+            if str(index) not in groups:
+                raise CheckpointError(
+                    f"{path} holds the states of {len(groups) + 1} DiLoCo groups, but this run has "
+                    f"{self.mesh.size(0)} and this rank is in group {index}; resume with "
+                    f"DiLoCoExtension(replicas={len(groups) + 1})."
+                )
+            loaded.update(groups[str(index)])
+        return loaded
+
+    @hookimpl(wrapper=True)
+    def strategy_teardown(self) -> Generator[None, None, None]:
+        for sync in self.syncs:
+            if not failing():
+                sync.finish()
+            sync.in_flight = None
+            sync.detach()
+        result = yield
+        if self.mesh is not None:
+            forget_mesh_groups(self.mesh)
+            self.mesh = None
+        return result
