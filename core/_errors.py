@@ -48,12 +48,12 @@ class UnknownPluginError(CoreError, LookupError):
         self.installed = sorted(installed)
         self.provider = provider
         lines = [f"Unknown {kind} {alias!r}."]
+        if provider is not None:  # the fix, first: a known alias whose distribution is not installed
+            lines.append(f"{alias!r} is provided by {provider}: pip install {provider}.")
         close = difflib.get_close_matches(alias, self.installed, n=3, cutoff=0.6)
         if close:
             lines.append("Did you mean " + " or ".join(repr(c) for c in close) + "?")
         lines.append(f"Installed {kind} aliases: " + (", ".join(self.installed) or "none") + ".")
-        if provider is not None:
-            lines.append(f"{alias!r} is provided by {provider}: pip install {provider}")
         if provider is None and not close:
             # Not installed, but perhaps a typo of an alias that a first-party distribution provides.
             others = installable or {}
@@ -75,7 +75,7 @@ class PluginConflictError(CoreError):
         self.kind = kind
         self.alias = alias
         self.distributions = sorted(distributions)
-        pins = " or ".join(f"{kind}={dist}:{alias!r}" for dist in self.distributions)
+        pins = " or ".join(f"{kind}={f'{dist}:{alias}'!r}" for dist in self.distributions)
         super().__init__(
             f"The {kind} alias {alias!r} is provided by more than one distribution: "
             f"{', '.join(self.distributions)}. Pin one, for example {pins}, "

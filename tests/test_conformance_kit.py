@@ -108,3 +108,74 @@ def test_import_core_does_not_import_the_kit() -> None:
     code = "import sys, core; core.Lite; print(sorted(name for name in sys.modules if name.startswith('core.testing')))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+STEPPING_STRATEGIES = '''
+from core import hookimpl
+from core.toolkit.strategies import SingleDeviceStrategy
+
+
+class HookCallingStrategy(SingleDeviceStrategy):
+    """Steps by calling the precision's hook: nothing steps when the precision lacks it."""
+
+    name = "hook_calling"
+
+    @hookimpl
+    def strategy_optimizer_step(self, optimizer, kwargs):
+        return self.active.hook.precision_optimizer_step(optimizer=optimizer, kwargs=kwargs)
+
+
+class SteppingAgainStrategy(SingleDeviceStrategy):
+    """Reads the hook's None as "no precision stepped": steps again after a built-in precision did."""
+
+    name = "stepping_again"
+
+    @hookimpl
+    def strategy_optimizer_step(self, optimizer, kwargs):
+        result = self.active.hook.precision_optimizer_step(optimizer=optimizer, kwargs=kwargs)
+        return optimizer.step(**kwargs) if result is None else result
+'''
+
+STEPPING_TESTS = '''
+from typing import ClassVar
+
+from core.testing import StrategyConformance
+
+
+class TestHookCalling(StrategyConformance):
+    plugin_factory = "stepping_strategies:HookCallingStrategy"
+    cases: ClassVar[tuple[str, ...]] = ("optimizer_steps",)
+
+
+class TestSteppingAgain(StrategyConformance):
+    plugin_factory = "stepping_strategies:SteppingAgainStrategy"
+    cases: ClassVar[tuple[str, ...]] = ("optimizer_steps",)
+'''
+
+
+@pytest.mark.timeout(300)
+def test_the_kit_fails_a_strategy_that_skips_or_doubles_optimizer_steps(tmp_path: Path) -> None:
+    (tmp_path / "stepping_strategies.py").write_text(textwrap.dedent(STEPPING_STRATEGIES))
+    (tmp_path / "test_stepping_kit.py").write_text(textwrap.dedent(STEPPING_TESTS))
+    report = tmp_path / "report.xml"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={report}", "test_stepping_kit.py",
+         "-k", "steps_once"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=280,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-2000:]
+    outcomes = _outcomes(report)
+    skipping = outcomes[("TestHookCalling", "test_each_optimizer_step_steps_once")]
+    doubling = outcomes[("TestSteppingAgain", "test_each_optimizer_step_steps_once")]
+    assert skipping[0] == doubling[0] == "failure", result.stdout[-4000:]
+    assert (
+        "with a precision implementing no optional hook ('bare'), 2 calls of optimizer.step() through the strategy "
+        "stepped the optimizer 0 times on global rank 0, expected 2: it skips steps"
+    ) in skipping[1]
+    assert "core.toolkit.strategies.optimizer_step(self.active, optimizer, **kwargs)" in skipping[1]
+    # 'bare' passes for the doubling strategy (no hook: None, it steps once); the first built-in fails it.
+    assert (
+        "with precision='32-true', 2 calls of optimizer.step() through the strategy stepped the optimizer 4 times "
+        "on global rank 0, expected 2: it steps twice"
+    ) in doubling[1]

@@ -135,11 +135,34 @@ def test_check_reports_usable_broken_and_the_auto_choices(installed: Installer) 
     )
     result = run_cli("--check", env=installed.env)
     assert result.returncode == 1  # a broken plugin makes --check fail
-    rows = {line.split()[1]: line for line in result.stdout.splitlines()[2:] if line.strip() and "  " in line}
-    assert "usable" in rows["cpu"] and "usable" in rows["local"]
-    assert "broken" in rows["brokenio"] and "needs libfoo" in rows["brokenio"]
+    table, _, rest = result.stdout.partition("\n\n")
+    rows = {line.split()[1]: line.split()[4] for line in table.splitlines()[2:]}
+    assert (rows["cpu"], rows["local"], rows["brokenio"]) == ("usable", "usable", "broken")
+    assert "checkpoint_io 'brokenio' (core-broken): broken: The checkpoint_io plugin 'brokenio' from core-bro" in rest
     assert "accelerator='auto' would pick: cpu (core)" in result.stdout
     assert "environment detected here:     local (core)" in result.stdout
+    # Long reasons are shortened to one line each; --verbose and --json give them whole.
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100
+    assert "(reasons shortened; python -m core.plugins --check --verbose or --json prints them whole)" in rest
+
+
+def test_check_verbose_and_json_give_long_reasons_whole(installed: Installer) -> None:
+    reason = "needs libfoo " + "and a very long explanation of why " * 6 + "END"
+    installed(
+        "core-broken",
+        {"checkpoint_io": {"brokenio": "broken_io:factory"}},
+        {"broken_io": f"raise ImportError({reason!r})\n"},
+    )
+    verbose = run_cli("--check", "--verbose", "--kind", "checkpoint_io", env=installed.env)
+    assert verbose.returncode == 1
+    lines = verbose.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    start = lines.index("checkpoint_io 'brokenio' (core-broken): broken:")
+    paragraph = " ".join(line.strip() for line in lines[start + 1:start + 6] if line.startswith("    "))
+    assert f"ImportError: {reason}. Reinstall it (pip install --force-reinstall core-broken)" in paragraph
+    payload = json.loads(run_cli("--check", "--json", "--kind", "checkpoint_io", env=installed.env).stdout)
+    check_reason = next(row["check_reason"] for row in payload["plugins"] if row["alias"] == "brokenio")
+    assert f"ImportError: {reason}. Reinstall it" in check_reason
 
 
 def test_check_json_payload() -> None:

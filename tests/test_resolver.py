@@ -379,3 +379,60 @@ def test_devices_auto_takes_the_process_count_the_launcher_started() -> None:
 def test_a_bad_process_count_from_an_environment_is_blamed_on_it() -> None:
     with pytest.raises(core.BrokenPluginError, match="'launcher' returned 0 from environment_processes_per_node"):
         core.resolve(accelerator="cpu", plugins=[_LauncherEnvironment(0)])
+
+
+# ------------------------------------------------------------------------------------------ error texts
+
+
+def test_a_conflict_names_each_pin_quoted_whole(installed: Installer) -> None:
+    _strategy(installed, "core-fancy-a", "fancy_a", "fancy")
+    _strategy(installed, "core-fancy-b", "fancy_b", "fancy")
+    with pytest.raises(core.PluginConflictError) as excinfo:
+        core.resolve(strategy="fancy", catalog=only_from("core-fancy-a", "core-fancy-b"))
+    assert (
+        "Pin one, for example strategy='core-fancy-a:fancy' or strategy='core-fancy-b:fancy', or block one with "
+        "CORE_DISABLE_PLUGINS=<distribution>."
+    ) in str(excinfo.value)
+
+
+def test_did_you_mean_includes_a_conflicting_alias(installed: Installer) -> None:
+    _strategy(installed, "core-fancy-a", "fancy_a", "fancy")
+    _strategy(installed, "core-fancy-b", "fancy_b", "fancy")
+    catalog = only_from("core-fancy-a", "core-fancy-b")
+    with pytest.raises(core.UnknownPluginError) as excinfo:
+        core.resolve(strategy="fancyy", catalog=catalog)
+    message = str(excinfo.value)
+    assert "Did you mean 'fancy'?" in message
+    assert "Installed strategy aliases: fancy, single_device." in message
+    with pytest.raises(core.UnknownPluginError, match="Did you mean 'fancy'"):
+        core.resolve(plugins=["fancyy"], catalog=catalog)
+
+
+def test_the_install_hint_of_a_first_party_alias_comes_first() -> None:
+    with pytest.raises(core.UnknownPluginError) as excinfo:
+        core.resolve(strategy="fsdp", catalog=only_from("core-ddp"))
+    message = str(excinfo.value)
+    assert message.startswith("Unknown strategy 'fsdp'. 'fsdp' is provided by core-fsdp: pip install core-fsdp. ")
+    assert "Did you mean 'dp'?" in message
+    assert message.index("pip install core-fsdp") < message.index("Did you mean")
+
+
+def test_strict_mode_imports_every_installed_plugin_of_the_kinds_a_run_resolves(
+    installed: Installer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed(
+        "core-exploding", {"strategy": {"exploding": "exploding_strategy:factory"}},
+        {"exploding_strategy": "raise RuntimeError('boom at import of exploding_strategy')"},
+    )
+    catalog = only_from("core-exploding")
+    assert core.resolve(catalog=catalog).config.strategy == "single_device"  # unused: not even imported
+    assert "exploding_strategy" not in sys.modules
+    monkeypatch.setenv("CORE_STRICT_PLUGINS", "1")
+    with pytest.raises(core.BrokenPluginError) as excinfo:
+        core.resolve(catalog=catalog)
+    message = str(excinfo.value)
+    assert "The strategy plugin 'exploding' from core-exploding 1.0.0 failed to import" in message
+    assert "RuntimeError: boom at import of exploding_strategy" in message
+    assert message.endswith(
+        "(fatal because CORE_STRICT_PLUGINS=1 imports every installed strategy plugin, used or not)"
+    )

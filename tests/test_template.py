@@ -29,7 +29,7 @@ from packaging.specifiers import SpecifierSet
 import core
 from core._records import ENTRY_POINT_GROUPS, KINDS
 from core.hookspecs import CONTRACT_VERSION
-from core.plugins._new import compatible_range, generate
+from core.plugins._new import check_unclaimed, class_name_for, compatible_range, generate
 from core.registry._discovery import discover
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +147,9 @@ def test_generated_packages_are_complete(kind: str, tmp_path: Path) -> None:
     assert f'[project.entry-points."{ENTRY_POINT_GROUPS[kind]}"]' in pyproject
     assert f'"{name}" = "{package}:' in pyproject
     assert f'"core{compatible_range(core.__version__)}"' in pyproject
-    assert ("core-ddp>=" in pyproject) == (kind == "strategy")
+    assert "core-ddp" not in pyproject  # the strategy is written on the core's ParallelStrategy
+    assert 'test = ["pytest>=8.0"' in pyproject
+    assert "pip install -e '.[test]'\npytest\n" in (root / "README.md").read_text()
     assert f"contract_version = {CONTRACT_VERSION}" in (root / package / "__init__.py").read_text()
     compile((root / package / "__init__.py").read_text(), f"{package}/__init__.py", "exec")
 
@@ -178,6 +180,66 @@ def test_bad_names_are_refused_with_the_fix(name: str, message: str, tmp_path: P
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("kind", "name", "expected"),
+    [("strategy", "localsgd", "LocalSGDStrategy"), ("strategy", "fast-ddp", "FastDDPStrategy"),
+     ("precision", "int8", "Int8Precision"), ("checkpoint_io", "s3_io", "S3IOCheckpointIO"),
+     ("strategy", "mine", "MineStrategy"), ("accelerator", "my-gpu", "MyGPUAccelerator")],
+)
+def test_class_names_are_derived_sensibly(kind: str, name: str, expected: str) -> None:
+    assert class_name_for(kind, name) == expected
+
+
+def test_the_class_name_can_be_chosen(tmp_path: Path) -> None:
+    root = generate("strategy", "lsgd", tmp_path, class_name="LocalSGD")
+    assert "class LocalSGD(ParallelStrategy):" in (root / "core_lsgd" / "__init__.py").read_text()
+    assert '"lsgd" = "core_lsgd:LocalSGD"' in (root / "pyproject.toml").read_text()
+    with pytest.raises(core.ConfigurationError, match="--class-name 'local-sgd' is not a class name"):
+        generate("strategy", "other", tmp_path, class_name="local-sgd")
+
+
+def test_a_directory_named_like_the_package_is_its_root(tmp_path: Path) -> None:
+    root = generate("strategy", "mine", tmp_path / "core-mine")
+    assert root == tmp_path / "core-mine"
+    assert (root / "pyproject.toml").is_file() and not (root / "core-mine").exists()
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "message"),
+    [
+        ("strategy", "ddp", "error: Cannot create core-ddp: the strategy alias 'ddp' is already provided by core-ddp "
+                            "(installed here); a second one would make every strategy='ddp' a conflict, and a package "
+                            "core_ddp would shadow its module. Choose another name, e.g. python -m core.plugins new "
+                            "strategy ddp-mine."),
+        ("strategy", "slurm", "error: Cannot create core-slurm: the distribution name 'core-slurm' is already taken by "
+                              "core-slurm, and a package core_slurm would shadow its module. Choose another name, e.g. "
+                              "python -m core.plugins new strategy slurm-mine."),
+    ],
+)
+def test_a_name_already_taken_is_refused(kind: str, name: str, message: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "core.plugins", "new", kind, name, "--directory", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert (result.returncode, result.stderr.strip()) == (1, message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_first_party_alias_that_is_not_installed_is_refused_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.registry import _discovery
+
+    monkeypatch.setattr(_discovery, "first_party", lambda: {("strategy", "gossip"): "core-gossip"})
+    with pytest.raises(core.ConfigurationError) as refused:
+        check_unclaimed("strategy", "gossip")
+    assert str(refused.value) == (
+        "Cannot create core-gossip: the strategy alias 'gossip' is already provided by core-gossip (first-party, "
+        "pip install core-gossip); a second one would make every strategy='gossip' a conflict, and a package "
+        "core_gossip would shadow its module. Choose another name, e.g. python -m core.plugins new strategy "
+        "gossip-mine."
+    )
+    check_unclaimed("precision", "whisper")  # a name nobody has: free
+
+
 def test_an_existing_package_is_not_overwritten(tmp_path: Path) -> None:
     generate("precision", "mine", tmp_path)
     with pytest.raises(core.ConfigurationError, match="core-mine already exists and is not empty"):
@@ -196,9 +258,9 @@ def test_generated_tests_pass(sandbox: Sandbox) -> None:
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     classes = {case.get("classname", "").rsplit(".", 1)[-1] for case in ElementTree.parse(report).iter("testcase")}
     assert classes == {
-        "TestTplAcceleratorAccelerator", "TestTplStrategyStrategy", "TestTplPrecisionPrecision",
-        "TestTplEnvironmentEnvironment", "TestTplCheckpointIoCheckpointIO", "TestTplExtensionExtension",
-    }
+        "TestTplAccelerator", "TestTplStrategy", "TestTplPrecision", "TestTplEnvironment", "TestTplCheckpointIO",
+        "TestTplExtension",
+    }  # a name ending in its kind is not suffixed twice
     print(f"template timings: {sandbox.seconds}")
 
 
@@ -225,6 +287,7 @@ def test_used_by_alias_in_a_two_process_run(sandbox: Sandbox, tmp_path: Path) ->
         "environment": "local", "checkpoint_io": "tpl-checkpoint-io",
     }
     assert report["extensions"] == ["tpl-extension"]
-    assert "core_ddp._strategy.DDPStrategy" in report["strategy_class"]
+    assert "core.toolkit.strategies._parallel.ParallelStrategy" in report["strategy_class"]
+    assert not [name for name in report["strategy_class"] if name.startswith("core_ddp")]
     assert (report["world_size"], report["sum"]) == (2, [3.0])
     assert report["extension_calls"]["all_reduce"] >= 1 and report["extension_calls"]["barrier"] >= 1

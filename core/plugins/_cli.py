@@ -10,8 +10,9 @@ import argparse
 import inspect
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from core._errors import CoreError
 from core._records import KINDS
@@ -21,6 +22,8 @@ from core.plugins._contract import ContractReport, inspect_contract
 from core.registry._discovery import Catalog, PluginInfo, discover, load
 
 _PROG = "python -m core.plugins"
+LINE_WIDTH: Final = 100
+"""``--check`` keeps its lines within this many characters; ``--verbose`` and ``--json`` give reasons whole."""
 
 # What --check and show learnt about each imported plugin's hooks, by ``dist:alias``.
 _contracts: dict[str, ContractReport] = {}
@@ -108,7 +111,37 @@ def _auto_choices(catalog: Catalog) -> dict[str, str]:
     return choices
 
 
-def _check(catalog: Catalog, kind: str | None, as_json: bool) -> int:
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 3, 0)].rstrip() + "..."
+
+
+def _wrapped(text: str, indent: str = "    ") -> str:
+    return textwrap.fill(text, LINE_WIDTH, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _check_table(results: Sequence[tuple[PluginInfo, str, str]], verbose: bool) -> list[str]:
+    """The table of statuses, then each reason: shortened to one line of :data:`LINE_WIDTH`, or whole and wrapped."""
+    rows = [(info.kind, info.alias, info.distribution, info.version, status) for info, status, _ in results]
+    lines = [_table(rows, ("kind", "alias", "distribution", "version", "check"))]
+    explained = [(info, status, reason) for info, status, reason in results if reason]
+    if explained:
+        lines.append("")
+    shortened = False
+    for info, status, reason in explained:
+        subject = f"{info.kind} {info.alias!r} ({info.distribution}): {status}: "
+        if verbose:
+            lines.append(subject.rstrip())
+            lines.append(_wrapped(reason))
+        else:
+            line = _shorten(subject + reason, LINE_WIDTH)
+            shortened = shortened or line.endswith("...")
+            lines.append(line)
+    if shortened:
+        lines.append(f"(reasons shortened; {_PROG} --check --verbose or --json prints them whole)")
+    return lines
+
+
+def _check(catalog: Catalog, kind: str | None, as_json: bool, verbose: bool = False) -> int:
     results = [(info, *_check_one(info)[:2]) for info in _selected(catalog, kind)]
     auto = _auto_choices(catalog)
     if as_json:
@@ -122,14 +155,12 @@ def _check(catalog: Catalog, kind: str | None, as_json: bool) -> int:
         }
         print(json.dumps(payload, indent=2))
     else:
-        rows = [
-            (info.kind, info.alias, info.distribution, info.version, status + (f": {reason}" if reason else ""))
-            for info, status, reason in results
-        ]
-        print(_table(rows, ("kind", "alias", "distribution", "version", "check")))
+        print("\n".join(_check_table(results, verbose)))
         print()
-        print(f"accelerator='auto' would pick: {auto['accelerator']}")
-        print(f"environment detected here:     {auto['environment']}")
+        for label, choice in (("accelerator='auto' would pick: ", auto["accelerator"]),
+                              ("environment detected here:     ", auto["environment"])):
+            print(textwrap.fill(label + choice, LINE_WIDTH, subsequent_indent=" " * len(label)) if verbose
+                  else _shorten(label + choice, LINE_WIDTH))
         print()
         _print_contract_notes([info for info, _, _ in results])
     return 1 if any(status == "broken" for _, status, _ in results) else 0
@@ -206,6 +237,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--kind", choices=KINDS, help="only plugins of this kind")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--check", action="store_true", help="import every plugin and report whether it is usable here")
+    parser.add_argument(
+        "--verbose", "-v", action="store_true",
+        help=f"with --check: every reason whole, wrapped at {LINE_WIDTH} columns (the table shortens them)",
+    )
     return parser
 
 
@@ -227,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "matrix":
             return _matrix(catalog, args.json)
         if args.check:
-            return _check(catalog, args.kind, args.json)
+            return _check(catalog, args.kind, args.json, args.verbose)
         return _list(catalog, args.kind, args.json)
     except CoreError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -45,8 +45,15 @@ _USAGE: Final = {
     "checkpoint_io": 'lite = core.Lite(plugins=["{alias}"])',
     "extension": 'lite = core.Lite(strategy="ddp", devices=2, plugins=["{alias}"])',
 }
-# Distributions a kind's template builds on, besides core (the strategy subclasses core_ddp.DDPStrategy).
-_BUILDS_ON: Final = {"strategy": ("core-ddp",)}
+# Distributions a kind's template builds on, besides core. None today: the strategy template is written on the
+# core's own core.toolkit.strategies.ParallelStrategy, as the first-party process-group strategies are.
+_BUILDS_ON: Final[dict[str, tuple[str, ...]]] = {}
+# Parts of a name written in capitals in a class name: 'localsgd' -> LocalSGD, 'fast-ddp' -> FastDDP.
+_ACRONYMS: Final = (
+    "amp", "cpu", "cuda", "dcp", "ddp", "dp", "fsdp", "gpu", "hpu", "io", "ipu", "lsf", "mpi", "mps", "nccl",
+    "sgd", "tpu", "xla", "zero",
+)
+_IDENTIFIER: Final = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 
 
 def compatible_range(version: str) -> str:
@@ -81,12 +88,39 @@ def check_name(name: str) -> str:
     return name
 
 
-def template_variables(kind: str, name: str) -> dict[str, str]:
+def _word(part: str) -> str:
+    """One part of a name as a class name writes it: an acronym in capitals, also at the end of the part."""
+    if part in _ACRONYMS:
+        return part.upper()
+    for acronym in sorted(_ACRONYMS, key=len, reverse=True):
+        stem = part.removesuffix(acronym)
+        if stem != part and len(stem) >= 3:
+            return stem.capitalize() + acronym.upper()
+    return part.capitalize()
+
+
+def class_name_for(kind: str, name: str) -> str:
+    """The class a plugin ``name`` of ``kind`` is generated as: ``localsgd`` -> ``LocalSGDStrategy``."""
+    suffix = _CLASS_SUFFIX[kind]
+    stem = "".join(_word(part) for part in re.split(r"[-_]", name))
+    return stem if stem.endswith(suffix) else stem + suffix
+
+
+def check_class_name(class_name: str) -> str:
+    if not (_IDENTIFIER.match(class_name) and class_name.isidentifier()):
+        raise ConfigurationError(
+            f"--class-name {class_name!r} is not a class name: use letters and digits, starting with a capital "
+            f"letter (for example 'LocalSGDStrategy')."
+        )
+    return class_name
+
+
+def template_variables(kind: str, name: str, class_name: str | None = None) -> dict[str, str]:
     """Every placeholder of the templates for a plugin of ``kind`` with alias ``name``."""
     from core import __version__
 
     package = "core_" + name.replace("-", "_")
-    class_name = "".join(part.capitalize() for part in re.split(r"[-_]", name)) + _CLASS_SUFFIX[kind]
+    class_name = check_class_name(class_name) if class_name is not None else class_name_for(kind, name)
     env_prefix = name.replace("-", "_").upper()
     requirements = [f"core{compatible_range(__version__)}"]
     requirements += [f"{dist}{compatible_range(_installed_version(dist, kind))}" for dist in _BUILDS_ON.get(kind, ())]
@@ -113,12 +147,21 @@ def _render(template: str, variables: dict[str, str]) -> str:
     return string.Template(text).substitute(variables)
 
 
-def generate(kind: str, name: str, directory: Path) -> Path:
-    """Write the package ``core-NAME`` for a plugin of ``kind`` under ``directory``; return its path."""
+def package_root(directory: Path, dist: str) -> Path:
+    """Where ``core-NAME/`` goes: inside ``directory``, or ``directory`` itself when it is named ``core-NAME``."""
+    return directory if directory.name == dist else directory / dist
+
+
+def generate(kind: str, name: str, directory: Path, class_name: str | None = None) -> Path:
+    """Write the package ``core-NAME`` for a plugin of ``kind`` under ``directory``; return its path.
+
+    A ``directory`` that is itself named ``core-NAME`` is taken as the package's root (``--directory
+    ./core-mine`` writes ``./core-mine/pyproject.toml``, not ``./core-mine/core-mine/``).
+    """
     if kind not in KINDS:
         raise ConfigurationError(f"Unknown kind {kind!r}; expected one of {list(KINDS)}.")
-    variables = template_variables(kind, check_name(name))
-    root = directory / variables["dist"]
+    variables = template_variables(kind, check_name(name), class_name)
+    root = package_root(directory, variables["dist"])
     if root.exists() and any(root.iterdir()):
         raise ConfigurationError(f"{root} already exists and is not empty; choose another --directory or name.")
     package = root / variables["package"]
@@ -135,10 +178,59 @@ def generate(kind: str, name: str, directory: Path) -> Path:
     return root
 
 
-def _already_provided(kind: str, name: str) -> list[str]:
-    from core.registry._discovery import discover
+def check_unclaimed(kind: str, name: str) -> None:
+    """Refuse an alias or a distribution name that an installed or a first-party distribution already has.
 
-    return sorted({info.distribution for info in discover().of_kind(kind) if info.alias == name})
+    A generated ``core-ddp`` would import as ``core_ddp`` and shadow (or, installed, replace) the first-party
+    one; a second ``ddp`` strategy would make every ``strategy="ddp"`` a conflict.
+    """
+    from core.registry._discovery import discover, first_party
+
+    dist = "core-" + name.replace("_", "-")
+    catalog = discover()
+    holders = sorted(
+        {info.distribution for info in catalog.of_kind(kind) if info.alias == name}
+        | {provider for (known_kind, alias), provider in first_party().items() if (known_kind, alias) == (kind, name)}
+    )
+    installed = {info.distribution for info in catalog.entries}
+    known = installed | set(first_party().values())
+    normalized = {_normalize(other) for other in known}
+    taken_dist = next((other for other in sorted(known) if _normalize(other) == _normalize(dist)), None)
+    if taken_dist is None and _is_installed(dist):
+        taken_dist = f"the installed distribution {dist}"
+    if not holders and taken_dist is None:
+        return
+    aliases = {info.alias for info in catalog.of_kind(kind)} | {
+        alias for (known_kind, alias) in first_party() if known_kind == kind
+    }
+    suggestion = next(
+        candidate for candidate in (f"{name}{suffix}" for suffix in ("-mine", "-custom", "-2", "-3"))
+        if candidate not in aliases and _normalize("core-" + candidate.replace("_", "-")) not in normalized
+    )
+    package = "core_" + name.replace("-", "_")
+    if holders:
+        where = "installed here" if set(holders) <= installed else "first-party, pip install " + holders[0]
+        problem = (
+            f"the {kind} alias {name!r} is already provided by {', '.join(holders)} ({where}); a second one "
+            f"would make every {kind}={name!r} a conflict"
+        )
+    else:
+        problem = f"the distribution name {dist!r} is already taken by {taken_dist}"
+    if taken_dist is not None:
+        problem += f", and a package {package} would shadow its module"
+    raise ConfigurationError(f"Cannot create {dist}: {problem}. Choose another name, e.g. {_PROG} {kind} {suggestion}.")
+
+
+def _is_installed(distribution: str) -> bool:
+    try:
+        importlib_metadata.version(distribution)
+    except importlib_metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _normalize(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -149,28 +241,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("kind", choices=KINDS, help="the kind of plugin")
     parser.add_argument("name", help="the alias users will type, e.g. 'mine' (the package becomes core-mine)")
-    parser.add_argument("--directory", "-d", default=".", help="where to create core-NAME/ (default: here)")
+    parser.add_argument(
+        "--directory", "-d", default=".",
+        help="where to create core-NAME/ (default: here); a directory named core-NAME is used as the package root",
+    )
+    parser.add_argument(
+        "--class-name", default=None,
+        help="the plugin's class (default: derived from NAME, e.g. 'localsgd' -> LocalSGDStrategy)",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        root = generate(args.kind, args.name, Path(args.directory))
-        rivals = _already_provided(args.kind, args.name)
+        check_name(args.name)
+        check_unclaimed(args.kind, args.name)
+        root = generate(args.kind, args.name, Path(args.directory), args.class_name)
     except CoreError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"Created {root} with the {args.kind} plugin {args.name!r}:")
+    class_name = args.class_name or class_name_for(args.kind, args.name)
+    print(f"Created {root} with the {args.kind} plugin {args.name!r} (class {class_name}):")
     for path in sorted(root.rglob("*")):
         if path.is_file():
             print(f"  {path.relative_to(root.parent)}")
-    if rivals:
-        print(
-            f"note: the {args.kind} alias {args.name!r} is already provided by {', '.join(rivals)}; users will "
-            f"have to pin one ({args.kind}='{root.name}:{args.name}'). Consider another name.",
-            file=sys.stderr,
-        )
     where = str(root) if root.is_absolute() or str(root).startswith(".") else f"./{root}"
     steps = [
         (f"pip install -e {where}", f"registers the entry point {args.name!r}"),

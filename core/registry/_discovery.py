@@ -142,6 +142,10 @@ class Catalog:
     def aliases(self, kind: str) -> list[str]:
         return sorted({info.alias for info in self.of_kind(kind) if info.selectable})
 
+    def installed_aliases(self, kind: str) -> list[str]:
+        """Every alias of ``kind`` an installed distribution declares, conflicting or not (for messages)."""
+        return sorted({info.alias for info in self.of_kind(kind)})
+
     def lookup(self, kind: str, name: str) -> PluginInfo:
         """The entry for ``name`` (an alias or a ``dist:alias`` pin), or a :class:`CoreError` saying why not."""
         pinned_dist, _, alias = name.rpartition(":")
@@ -153,7 +157,7 @@ class Catalog:
             ]
         if not candidates:
             raise UnknownPluginError(
-                kind, name, self.aliases(kind), first_party().get((kind, alias)), installable_aliases(kind)
+                kind, name, self.installed_aliases(kind), first_party().get((kind, alias)), installable_aliases(kind)
             )
         active = [info for info in candidates if info.status != STATUS_DISABLED]
         if not active:
@@ -240,8 +244,8 @@ def _raise_first_problem(entries: Iterable[PluginInfo]) -> None:
             raise IncompatiblePluginError(info.reason + " (fatal because CORE_STRICT_PLUGINS=1)")
 
 
-def load(info: PluginInfo, options: dict[str, Any] | None = None) -> object:
-    """Import the entry point's target and call it with the user's options to get the plugin object."""
+def import_factory(info: PluginInfo) -> Any:
+    """Import the entry point's target (the factory), without calling it."""
     module_name, _, attribute = info.target.partition(":")
     try:
         module = __import__(module_name, fromlist=["_"])
@@ -254,6 +258,30 @@ def load(info: PluginInfo, options: dict[str, Any] | None = None) -> object:
             f"({info.target}): {type(error).__name__}: {error}. Reinstall it (pip install --force-reinstall "
             f"{info.distribution}) or block it with CORE_DISABLE_PLUGINS={info.distribution}."
         ) from error
+    return factory
+
+
+def import_all(catalog: Catalog, kinds: Iterable[str]) -> None:
+    """``CORE_STRICT_PLUGINS=1``: import every installed plugin of ``kinds``; the first that fails is fatal.
+
+    A plugin that the run does not select is imported too (its factory is not called), so that a broken
+    installation fails every run, not only the runs that happen to pick it.
+    """
+    wanted = set(kinds)
+    for info in catalog.entries:
+        if info.kind in wanted and info.selectable:
+            try:
+                import_factory(info)
+            except BrokenPluginError as error:
+                raise BrokenPluginError(
+                    f"{error} (fatal because CORE_STRICT_PLUGINS=1 imports every installed {info.kind} plugin, "
+                    f"used or not)"
+                ) from error.__cause__
+
+
+def load(info: PluginInfo, options: dict[str, Any] | None = None) -> object:
+    """Import the entry point's target and call it with the user's options to get the plugin object."""
+    factory = import_factory(info)
     try:
         plugin = factory(**(options or {}))
     except CoreError:

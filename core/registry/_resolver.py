@@ -30,9 +30,19 @@ from core._records import KINDS, ResolvedConfig, Supports
 from core._traits import PluginTraits, traits_of
 from core.registry._active import ActiveSet
 from core.registry._devices import DeviceRequest, parse_devices
-from core.registry._discovery import Catalog, PluginInfo, discover, first_party, load, strict_plugins
+from core.registry._discovery import (
+    Catalog,
+    PluginInfo,
+    discover,
+    first_party,
+    import_all,
+    load,
+    strict_plugins,
+)
 
 DEFAULTS: Final = {"precision": "32-true", "checkpoint_io": "torch"}
+RUN_KINDS: Final = ("accelerator", "strategy", "precision", "environment", "checkpoint_io")
+"""The kinds every run resolves (extensions only when ``plugins=[...]`` names some)."""
 
 
 class Selection:
@@ -214,7 +224,7 @@ def _find_plugin_alias(catalog: Catalog, alias: str) -> tuple[str, PluginInfo]:
             f"matching argument instead (for example {kinds[0]}={alias!r})."
         )
     if not kinds:
-        known = sorted({info.alias for info in catalog.entries if info.selectable})
+        known = sorted({info.alias for kind in KINDS for info in catalog.of_kind(kind)})
         provider = next((dist for (_, known_alias), dist in first_party().items() if known_alias == bare), None)
         raise UnknownPluginError("plugin", alias, known, provider)
     return kinds[0], catalog.lookup(kinds[0], alias)
@@ -339,6 +349,8 @@ def resolve(
 ) -> ActiveSet:
     """Resolve the user's choices into the active set of a run. Only :class:`CoreError` escapes."""
     catalog = catalog if catalog is not None else discover()
+    if strict_plugins():
+        import_all(catalog, (*RUN_KINDS, *(["extension"] if plugins else [])))
     from_plugins, extensions = _split_plugins(catalog, list(plugins or ()))
     nodes = _check_num_nodes(num_nodes)
 

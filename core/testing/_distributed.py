@@ -75,6 +75,10 @@ class DistributedRunConformance(Conformance):
     def job_settings(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def job_inputs(self) -> dict[str, Any]:
+        """What the cases read from the job's spec besides the settings of ``Lite`` (JSON data)."""
+        return {}
+
     def world_size(self) -> int:
         raise NotImplementedError
 
@@ -83,7 +87,10 @@ class DistributedRunConformance(Conformance):
         cls = type(self)
         if cls not in _jobs:
             directory = tmp_path_factory.mktemp(f"conformance-{cls.__name__}")
-            spec = {"settings": self.job_settings(), "cases": list(self.cases), "world_size": self.world_size()}
+            spec = {
+                "settings": self.job_settings(), "cases": list(self.cases), "world_size": self.world_size(),
+                **self.job_inputs(),
+            }
             _jobs[cls] = run_job(
                 spec, directory, self.job_timeout, caller_python_path(), launcher=tuple(self.launcher)
             )

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
@@ -213,11 +214,87 @@ def training(lite: core.Lite, spec: Mapping[str, Any]) -> dict[str, Any]:
     return {"before": before, "after": after, "finite": all(math.isfinite(loss) for loss in losses)}
 
 
+class BarePrecision:
+    """A precision implementing no optional hook: the smallest one the contract allows."""
+
+    kind: Final = "precision"
+    name: Final = "bare"
+
+
+STEPS_PER_PRECISION: Final = 2
+
+
+def _use_precision(lite: core.Lite, precision: object, alias: str) -> None:
+    """Make ``precision`` the precision of the running ``lite`` (the kit's own use of Lite's internals)."""
+    from core.lite._hooks import BoundHooks
+    from core.registry._resolver import _register
+
+    active = lite._active
+    active.pm.unregister(active.plugins["precision"])
+    _register(active.pm, "precision", alias, precision)
+    active.plugins["precision"] = precision
+    active.config = attrs.evolve(active.config, precision=alias)
+    attach = getattr(precision, "core_attach", None)
+    if callable(attach):
+        attach(active=active)
+    lite._hooks = BoundHooks(active)
+
+
+def _counted_steps(lite: core.Lite) -> dict[str, Any]:
+    """Train a few steps through the strategy; count the steps the optimizer's own ``step`` took."""
+    counter = StepCounter()
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    module, optimizer = lite.setup(model, counter.optimizer(model.parameters()))
+    for _ in range(STEPS_PER_PRECISION):
+        optimizer.zero_grad()
+        output = module(torch.ones(2, 4, device=lite.device))
+        lite.backward(output.float().square().mean(), model=module)
+        optimizer.step()
+    return {"taken": STEPS_PER_PRECISION, "stepped": counter.steps}
+
+
+class StepCounter:
+    """Counts calls of the optimizer's own ``step``, also through a wrapper or a subclass a strategy makes."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        counter = self
+
+        class CountingSGD(torch.optim.SGD):
+            def step(self, closure: Any = None) -> Any:
+                counter.steps += 1
+                return super().step(closure)
+
+        self._optimizer_class = CountingSGD
+
+    def optimizer(self, parameters: Any) -> torch.optim.Optimizer:
+        return self._optimizer_class(parameters, lr=0.01)
+
+
+def optimizer_steps(lite: core.Lite, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """For each precision of the spec (``bare``: one with no optional hook), count the steps N ``step()`` s take."""
+    from core.registry._discovery import discover, load
+
+    original = lite._active.plugins["precision"]
+    original_alias = lite._active.config.precision
+    results = {}
+    try:
+        for alias in spec["step_precisions"]:
+            precision = BarePrecision() if alias == BarePrecision.name else load(discover().lookup("precision", alias))
+            _use_precision(lite, precision, alias)
+            results[alias] = _counted_steps(lite)
+    finally:
+        _use_precision(lite, original, original_alias)
+    return results
+
+
 CASES: Final[dict[str, Callable[[core.Lite, Mapping[str, Any]], dict[str, Any]]]] = {
     "collectives": collectives,
     "equivalence": equivalence,
     "checkpoint": checkpoint,
     "training": training,
+    "optimizer_steps": optimizer_steps,
 }
 
 
