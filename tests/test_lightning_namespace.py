@@ -27,10 +27,11 @@ def test_the_top_level_names_are_core_classes() -> None:
     assert L.Fabric is core.Lite
     assert L.LightningModule is core.Module
     assert L.LightningDataModule is core.DataModule
-    assert L.Trainer is core.Trainer
+    # Lightning's default logger and output layout (lightning_logs/version_N/...) over core's Trainer.
+    assert issubclass(L.Trainer, core.Trainer) and L.Trainer is L.pytorch.Trainer
     assert L.Callback is core.Callback
     assert L.seed_everything is core.seed_everything
-    assert L.pytorch.Trainer is core.Trainer
+    assert L.pytorch.Trainer is not core.Trainer
     assert L.fabric.Fabric is core.Lite
 
 

@@ -24,7 +24,8 @@ _MODES: Final = ("min", "max")
 class ModelCheckpoint(Checkpoint):
     """Save checkpoints of the run (weights, optimizers, loop position, ...: see docs/trainer.md).
 
-    :param dirpath: Where to write; ``<default_root_dir>/checkpoints`` by default.
+    :param dirpath: Where to write; by default the Trainer's ``default_checkpoint_dir``
+        (``<default_root_dir>/checkpoints``; under Lightning's names ``<log_dir>/checkpoints`` with a logger).
     :param filename: A template such as ``"{epoch}-{val_loss:.2f}"``: names in braces are ``epoch``, ``step``
         and logged metrics, written as ``name=value`` unless ``auto_insert_metric_name=False``; default
         ``"{epoch}-{step}"``. ``.ckpt`` is appended; a clash with another file adds ``-v1``, ``-v2``, ...
@@ -126,7 +127,7 @@ class ModelCheckpoint(Checkpoint):
     # -- hooks -----------------------------------------------------------------------------------------
 
     def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
-        self.dirpath = self._given_dirpath or os.path.join(trainer.default_root_dir, "checkpoints")
+        self.dirpath = self._given_dirpath or trainer.default_checkpoint_dir
 
     def on_train_batch_end(
         self, trainer: TrainerView, module: Module, outputs: Any, batch: Any, batch_idx: int

@@ -25,6 +25,8 @@ def _prefixed(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
 class CSVLogger(_CoreCSVLogger):
     """``lightning.pytorch.loggers.CSVLogger(save_dir, name="lightning_logs", version=None, prefix="", ...)``."""
 
+    hparams_file = "hparams.yaml"  # Lightning's file name and format
+
     def __init__(self, save_dir: str | os.PathLike[str], name: str = DEFAULT_NAME, version: int | str | None = None,
                  prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
         super().__init__(save_dir, name, version, flush_logs_every_n_steps)
@@ -48,6 +50,8 @@ class FabricCSVLogger(CSVLogger):
 
 class TensorBoardLogger(_CoreTensorBoardLogger):
     """``lightning.pytorch.loggers.TensorBoardLogger(save_dir, name="lightning_logs", version=None, ...)``."""
+
+    hparams_file = "hparams.yaml"  # Lightning's file name and format
 
     def __init__(self, save_dir: str | os.PathLike[str], name: str = DEFAULT_NAME, version: int | str | None = None,
                  prefix: str = "", **writer_options: Any) -> None:

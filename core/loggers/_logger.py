@@ -7,11 +7,12 @@ of each epoch, validation and test; values are plain floats by then. Each run wr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = ["Logger"]
 
@@ -33,7 +34,11 @@ class Logger:
     :param name: A subdirectory for this experiment.
     :param version: A number (``version_<n>``) or a name; ``None`` takes the next free number when the
         logger first writes.
+    :cvar hparams_file: The file :meth:`log_hyperparams` writes in :attr:`log_dir`: JSON, or YAML for a name
+        ending in ``.yaml`` (Lightning's loggers write ``hparams.yaml``).
     """
+
+    hparams_file: ClassVar[str] = "hparams.json"
 
     def __init__(self, save_dir: str | os.PathLike[str], name: str = "logs", version: int | str | None = None) -> None:
         self._save_dir = os.fspath(save_dir)
@@ -79,10 +84,18 @@ class Logger:
         raise NotImplementedError
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        """Record the run's hyperparameters; by default as ``hparams.json`` in :attr:`log_dir`."""
+        """Record the run's hyperparameters; by default as :attr:`hparams_file` in :attr:`log_dir`."""
         os.makedirs(self.log_dir, exist_ok=True)
-        with open(os.path.join(self.log_dir, "hparams.json"), "w") as file:
-            json.dump(dict(params), file, indent=2, sort_keys=True, default=repr)
+        # Plain values as they are, anything else as its repr; JSON is also valid YAML, so without pyyaml a
+        # ``.yaml`` file still reads back with any YAML reader.
+        plain = json.loads(json.dumps(dict(params), default=repr))
+        with open(os.path.join(self.log_dir, self.hparams_file), "w") as file:
+            if self.hparams_file.endswith(".yaml") and importlib.util.find_spec("yaml") is not None:
+                import yaml
+
+                yaml.safe_dump(plain, file, sort_keys=True)
+            else:
+                json.dump(plain, file, indent=2, sort_keys=True)
 
     def save(self) -> None:
         """Write out what is buffered."""

@@ -70,6 +70,9 @@ class TrainerView(Protocol):
     def default_root_dir(self) -> str: ...
 
     @property
+    def default_checkpoint_dir(self) -> str: ...
+
+    @property
     def barebones(self) -> bool: ...
 
     # Where the run is.

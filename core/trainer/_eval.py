@@ -18,6 +18,7 @@ import torch
 
 from core.trainer._data import PreparedLoader, batch_transfer, copied_arguments, overrides
 from core.trainer._logging import EPOCH, EVAL_BATCH, MetricStore
+from core.trainer._signatures import check_dataloader_idx, takes_batch_idx
 from core.trainer._stages import PREDICT, TEST, VALIDATION, EvalLoop
 
 if TYPE_CHECKING:
@@ -93,6 +94,9 @@ def _run_batches(
     start_hooks, end_hooks = hooks[loop.batch_start], hooks[loop.batch_end]
     module_start, module_end = getattr(module, loop.batch_start), getattr(module, loop.batch_end)
     several = len(loaders) > 1
+    step = getattr(module, loop.step)
+    check_dataloader_idx(module, loop.step, several, loop.data)
+    with_index = takes_batch_idx(step)  # Lightning's rule, read once per loop: ``validation_step(self, batch)``
     profiler = trainer.active_profiler
     if profiler is not None:  # Lightning's action names
         step_module = profiler.wrap(f"[Strategy]{type(trainer.lite.strategy).__name__}.{loop.step}", step_module)
@@ -117,7 +121,7 @@ def _run_batches(
             for hook in start_hooks:
                 hook(trainer, module, batch, batch_index, loader_index)
             module_start(batch, batch_index, loader_index)
-            output = step_module(batch, batch_index, *extra)
+            output = step_module(batch, batch_index, *extra) if with_index else step_module(batch, *extra)
             module_end(output, batch, batch_index, loader_index)
             for hook in end_hooks:
                 hook(trainer, module, output, batch, batch_index, loader_index)

@@ -37,6 +37,7 @@ from core.trainer._eval import validate_in_fit
 from core.trainer._logging import EPOCH, TRAIN_BATCH
 from core.trainer._optim import step_schedulers
 from core.trainer._samples import RemainderSampler, epoch_samples, resized_remainder, sampler_swapped
+from core.trainer._signatures import takes_batch_idx
 
 if TYPE_CHECKING:
     from core.profilers import Profiler
@@ -78,6 +79,8 @@ class FitLoop:
         self.reload_every = trainer.config.reload_dataloaders_every_n_epochs
         self.lite = trainer.lite
         self.step_module = trainer.run_state.step_module
+        # Lightning's rule, read once: ``training_step(self, batch)`` gets no batch_idx.
+        self.step_takes_index = takes_batch_idx(module.training_step)
         self.transfer = batch_transfer(trainer.lite, module, trainer.datamodule)
         self.backward = module.backward
         self.custom_step = overrides(module, "optimizer_step")
@@ -289,7 +292,10 @@ class FitLoop:
         if module.on_train_batch_start(batch, batch_idx) == -1:
             return True
         steps_before = progress.global_step
-        output = self._automatic_step(batch, batch_idx) if self.automatic else self.step_module(batch, batch_idx)
+        if self.automatic:
+            output = self._automatic_step(batch, batch_idx)
+        else:
+            output = self.step_module(batch, batch_idx) if self.step_takes_index else self.step_module(batch)
         progress.batches_done += 1
         progress.total_batches += 1
         due = self.has_val and self._val_due()
@@ -353,7 +359,7 @@ class FitLoop:
 
     def _forward_backward(self, batch: Any, batch_idx: int) -> Any:
         trainer, module = self.trainer, self.module
-        output = self.step_module(batch, batch_idx)
+        output = self.step_module(batch, batch_idx) if self.step_takes_index else self.step_module(batch)
         loss = loss_of(output)
         if loss is None:
             return output

@@ -20,11 +20,12 @@ import torch
 from core._errors import ConfigurationError, CoreWarning
 from core.callbacks import EarlyStopping, ModelCheckpoint
 from core.callbacks._callback import Callback, CallbackHooks
+from core.lite import LiteOptimizer
 from core.module import StepModule
 from core.module._optimizers import parse_optimizers
-from core.trainer._checkpoint import FitProgress, find_last, restore_checkpoint_state
+from core.trainer._checkpoint import FitProgress, find_last, restore_checkpoint_state, saved_checkpoint_state
 from core.trainer._config import check_sync_batchnorm
-from core.trainer._data import find_loaders, prepare_eval_loader, prepare_train_loader
+from core.trainer._data import find_loaders, overrides, prepare_eval_loader, prepare_train_loader
 from core.trainer._logging import MetricStore
 from core.trainer._stages import EVAL_LOOP_OF_STAGE
 
@@ -247,6 +248,16 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
         trainer.num_training_batches = prepared["train"].batches
     loop = EVAL_LOOP_OF_STAGE[stage]
     limit = getattr(trainer.config, loop.limit_flag)
+    if stage == "fit" and not overrides(module, loop.step):
+        _skip_validation(trainer, loaders.get(loop.data), datamodule, module)
+        prepared[loop.data] = []
+        setattr(trainer, loop.batch_counts, [])
+        return prepared
+    if stage in ("validate", "test") and not overrides(module, loop.step):
+        raise ConfigurationError(
+            f"{stage}() runs {type(module).__qualname__}.{loop.step}(), which it does not override: define "
+            f"{loop.step}(self, batch, batch_idx)."
+        )
     found = find_loaders(loop.data, loop.dataloader, loaders.get(loop.data), datamodule, module)
     if not found and stage != "fit":
         raise ConfigurationError(
@@ -257,6 +268,31 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
                                                trainer.config.use_distributed_sampler) for loader in found]
     setattr(trainer, loop.batch_counts, [loader.batches for loader in prepared[loop.data]])
     return prepared
+
+
+def _agree_logger_versions(trainer: Trainer, lite: Lite) -> None:
+    """Every rank takes the logger versions global rank 0 chose, so that paths under a logger's directory (the
+    checkpoints of Lightning's layout, the profiler's files) are the same on every rank."""
+    if lite.world_size == 1 or not trainer.loggers:
+        return
+    chosen = [logger.version if lite.is_global_zero else None for logger in trainer.loggers]
+    for logger, version in zip(trainer.loggers, lite.broadcast(chosen), strict=True):
+        logger.use_version(version)
+
+
+def _skip_validation(trainer: Trainer, given: Any, datamodule: DataModule | None, module: Module) -> None:
+    """fit() without a ``validation_step``: no validation at all, as in Lightning (the loaders are not even built);
+    a warning on global rank 0 when validation data was given (Lightning's words)."""
+    defined = given is not None or overrides(module, "val_dataloader") or (
+        datamodule is not None and overrides(datamodule, "val_dataloader"))
+    if defined and trainer.is_global_zero:
+        warnings.warn(
+            f"Validation data was given but {type(module).__qualname__} does not override validation_step(): the "
+            f"validation loop is skipped (as Lightning does). Define validation_step(self, batch, batch_idx) to "
+            f"validate.",
+            CoreWarning,
+            stacklevel=3,
+        )
 
 
 def run_stage(
@@ -274,6 +310,7 @@ def run_stage(
     from core.trainer._loops import run_fit
 
     _attach(trainer, lite, stage, module, datamodule)
+    _agree_logger_versions(trainer, lite)
     profiler = trainer.active_profiler
     if profiler is not None:
         profiler.setup(stage, lite.global_rank if lite.world_size > 1 else None, trainer.log_dir, lite.is_global_zero)
@@ -356,3 +393,20 @@ def _convert_sync_batchnorm(lite: Lite, module: Module) -> None:
         converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(child)
         if converted is not child:
             setattr(module, name, converted)
+
+
+def save_after_fit(lite: Lite, trainer: Trainer, module: Module, filepath: str, weights_only: bool) -> None:
+    """``trainer.save_checkpoint`` after ``fit`` returned, in every process of a fresh launch with the same settings:
+    the fitted module and optimizers are set up again (nothing trains) and saved as a checkpoint taken at the end
+    of the fit, so ``fit(ckpt_path=...)`` resumes from it."""
+    optimizers = [opt.optimizer if isinstance(opt, LiteOptimizer) else opt for opt in trainer.optimizers]
+    trainer.run_state.lite = lite
+    module.trainer = trainer
+    try:
+        step_module, *set_up = lite.setup(StepModule(module), *optimizers)
+        trainer.run_state.step_module = step_module
+        trainer.optimizers = set_up
+        lite.save(filepath, saved_checkpoint_state(trainer, weights_only=weights_only))
+    finally:
+        module.trainer = None
+        trainer.run_state.step_module = None

@@ -51,6 +51,9 @@ class RunState:
     :param predict_recorders: The predict loop's index-recording batch samplers (internal to the loop).
     :param accumulate_grad_batches: Set during a run (``GradientAccumulationScheduler``) to change the flag's
         value from the next epoch on; ``None``: the flag.
+    :param finished_fit: Where the latest entry point, if it was a ``fit`` that finished, ran: ``"here"`` (this
+        process holds its optimizers: ``save_checkpoint`` can save the final state), ``"elsewhere"`` (processes
+        of ``ddp_spawn``, which are gone); ``None`` otherwise.
     """
 
     lite: Lite
@@ -71,3 +74,4 @@ class RunState:
     predict_batch_indices: list[int] | None = None
     predict_epoch_batch_indices: list[list[list[int]]] = attrs.field(factory=list)
     predict_recorders: list[Any] = attrs.field(factory=list)
+    finished_fit: str | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -57,9 +57,9 @@ def _refuse_barebones_conflicts(asked: list[str]) -> None:
         )
 
 
-def _as_loggers(logger: object, root: str) -> list[Logger]:
+def _as_loggers(logger: object, default: Callable[[], list[Logger]]) -> list[Logger]:
     if logger is True:
-        return [CSVLogger(root)]
+        return default()
     if logger is False or logger is None:
         return []
     given = list(logger) if isinstance(logger, (list, tuple)) else [logger]
@@ -142,7 +142,7 @@ class Trainer:
         # None: nothing in the loop is wrapped (PassThroughProfiler is only what trainer.profiler reads then).
         self.active_profiler: Profiler | None = profiler_from(profiler)
         self.profiler: Profiler = self.active_profiler or PassThroughProfiler()
-        self.loggers: list[Logger] = _as_loggers(logger, self.default_root_dir)
+        self.loggers: list[Logger] = _as_loggers(logger, self.default_loggers)
         if enable_model_summary and not any(isinstance(c, ModelSummary) for c in _callback_list(callbacks)):
             callbacks = [*_callback_list(callbacks), ModelSummary()]
         self.callbacks: list[Callback] = self._arrange_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
@@ -177,6 +177,20 @@ class Trainer:
     @property
     def default_root_dir(self) -> str:
         return self.config.default_root_dir
+
+    # ---------------------------------------------------------------------------------------------
+    # Output layout: the two places a subclass may change (core.lightning's Trainer uses Lightning's)
+    # ---------------------------------------------------------------------------------------------
+
+    def default_loggers(self) -> list[Logger]:
+        """The loggers of ``logger=True`` (the default): a :class:`~core.loggers.CSVLogger` writing to
+        ``<default_root_dir>/logs/version_<n>``, which needs no extra package."""
+        return [CSVLogger(self.default_root_dir)]
+
+    @property
+    def default_checkpoint_dir(self) -> str:
+        """Where a ``ModelCheckpoint`` without ``dirpath`` writes: ``<default_root_dir>/checkpoints``."""
+        return os.path.join(self.default_root_dir, "checkpoints")
 
     @property
     def max_epochs(self) -> int:
@@ -409,10 +423,12 @@ class Trainer:
         lite = self.run_state.lite if not self._lite_used else Lite(**self._lite_settings)
         self.run_state.lite, self._lite_used = lite, True
         self.module, self.datamodule = model, datamodule
+        self.run_state.finished_fit = None
         outcome = lite.launch(run_stage, self, stage, model, datamodule, loaders, ckpt_path, os.getpid())
-        if isinstance(outcome, Outcome):
-            return outcome.apply(self, model)  # the run happened in other processes (ddp_spawn)
-        return outcome
+        spawned = isinstance(outcome, Outcome)  # the run happened in other processes (ddp_spawn)
+        if stage == "fit":
+            self.run_state.finished_fit = "elsewhere" if spawned else "here"
+        return outcome.apply(self, model) if spawned else outcome
 
     # ---------------------------------------------------------------------------------------------
     # What a run exposes
@@ -548,14 +564,37 @@ class Trainer:
     # ---------------------------------------------------------------------------------------------
 
     def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
-        """Write a checkpoint of the current run: call it on every rank (the strategy picks the writers).
+        """Write a checkpoint of the current run, or of the ``fit`` that has just returned: call it on every rank
+        (the strategy picks the writers).
 
+        After ``fit`` (Lightning's usual way to keep the final state) the checkpoint holds the final weights,
+        optimizers, loop position and callbacks, and resumes with ``fit(..., ckpt_path=filepath)``; it is written
+        through a short run with the same settings (the fit's processes and process group are gone by then).
         The content is documented in docs/trainer.md ("Checkpoints"); ``weights_only`` keeps the weights
         and hyperparameters only.
         """
+        if self.module is not None and self.state is None and self.run_state.finished_fit == "here":
+            self._save_after_fit(filepath, weights_only)
+            return
         if self.module is None or self.state is None:
-            raise CoreError("save_checkpoint() writes the state of a running fit/validate/test; call it during one.")
+            if self.run_state.finished_fit == "elsewhere":
+                raise CoreError(
+                    "save_checkpoint() after a ddp_spawn fit: the run's optimizers lived in its processes, which are "
+                    "gone; save during the run (a ModelCheckpoint, or trainer.save_checkpoint in a callback's "
+                    "on_train_end), or use strategy='ddp'."
+                )
+            raise CoreError(
+                "save_checkpoint() writes the state of a running fit/validate/test, or of a fit that has returned; "
+                "call it during a run or after fit()."
+            )
         self.run_state.lite.save(filepath, saved_checkpoint_state(self, weights_only=weights_only))
+
+    def _save_after_fit(self, filepath: str | os.PathLike[str], weights_only: bool) -> None:
+        from core.trainer._run import save_after_fit
+
+        lite = Lite(**self._lite_settings)
+        self.run_state.lite, self._lite_used = lite, True
+        lite.launch(save_after_fit, self, self.attached_module(), os.fspath(filepath), weights_only)
 
     def remove_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
         """Delete a checkpoint written by :meth:`save_checkpoint` (``Lite.remove_checkpoint``: rank 0 deletes)."""

@@ -7,7 +7,7 @@ from typing import Final
 from core.lightning._names import Target, namespace_getattr
 
 PYTORCH: Final = {
-    "Trainer": Target("core.trainer", "Trainer"),
+    "Trainer": Target("core.lightning._trainer", "Trainer"),
     "LightningModule": Target("core.module", "Module"),
     "LightningDataModule": Target("core.module", "DataModule"),
     "Callback": Target("core.callbacks", "Callback"),
