@@ -26,7 +26,7 @@ TOP_LEVEL: Final = {
     "Fabric": Target("core.lite", "Lite"),
     "LightningModule": Target("core.module", "Module"),
     "LightningDataModule": Target("core.module", "DataModule"),
-    "Trainer": Target("core.trainer", "Trainer"),
+    "Trainer": Target("core.lightning._trainer", "Trainer"),  # Lightning's logger and layout
     "Callback": Target("core.callbacks", "Callback"),
     "seed_everything": Target("core.lite", "seed_everything"),
 }
