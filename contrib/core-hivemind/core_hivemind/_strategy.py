@@ -13,7 +13,6 @@ NAT port mapping (UPnP), AutoNAT and relays are off unless asked for. The first 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -21,9 +20,9 @@ from typing import Any, ClassVar, Final
 
 import torch
 
-from core import ActiveSet, ConfigurationError, Supports, hookimpl
+from core import ConfigurationError, Supports, hookimpl
 from core.toolkit import is_whole
-from core.toolkit.strategies import check_reduce_op
+from core.toolkit.strategies import SingleDeviceStrategy
 
 from . import _engine
 
@@ -50,7 +49,7 @@ def _positive(owner: str, name: str, value: object, whole: bool = False) -> None
         raise ConfigurationError(f"{owner}({name}={value!r}) must be a number > 0.")
 
 
-class HivemindStrategy:
+class HivemindStrategy(SingleDeviceStrategy):
     """Collaborative training through hivemind (Lightning's ``strategy="hivemind"``).
 
     :param target_batch_size: Samples all peers together process before one optimizer step (an epoch); required.
@@ -81,9 +80,8 @@ class HivemindStrategy:
     :param optimizer_kwargs: Everything else goes to ``hivemind.Optimizer`` (``grad_compression``, ...).
     """
 
-    kind: Final = "strategy"
-    name: Final = "hivemind"
-    max_processes: ClassVar[int | None] = 1  # one process per peer; peers are not ranks
+    name: ClassVar[str] = "hivemind"
+    max_processes: ClassVar[int | None] = 1  # one process per peer; peers are not ranks: a world of size 1 each
     supports: ClassVar[Supports] = Supports(
         never={"accelerator": {"tpu", "mps"}, "checkpoint_io": {"distributed"}},
         hint="hivemind peers run on CPUs or one CUDA GPU each and every peer holds the whole model: use the "
@@ -149,19 +147,13 @@ class HivemindStrategy:
             "averaging_timeout": averaging_timeout, "verbose": verbose, "averager_opts": averager_opts,
             "use_local_updates": use_local_updates, **optimizer_kwargs,
         }
-        self._active: ActiveSet | None = None
+        super().__init__()
         self._dht: Any = None
         self._optimizers: list[Any] = []
 
     def unavailable_reason(self) -> str | None:
         """Why hivemind cannot run here (shown by ``python -m core.plugins --check``)."""
         return _engine.unavailable_reason()
-
-    @property
-    def active(self) -> ActiveSet:
-        if self._active is None:
-            raise ConfigurationError("The strategy 'hivemind' is used before it was resolved into a run.")
-        return self._active
 
     @property
     def dht(self) -> Any:
@@ -173,16 +165,6 @@ class HivemindStrategy:
     def visible_maddrs(self) -> list[str]:
         """The multiaddrs other peers pass in ``PL_INITIAL_PEERS`` to join this one."""
         return [str(address) for address in self.dht.get_visible_maddrs()]
-
-    @hookimpl
-    def core_attach(self, active: ActiveSet) -> None:
-        self._active = active
-
-    # --------------------------------------------------------------------------------------- processes
-
-    @hookimpl
-    def strategy_launch(self, function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-        return function(*args, **kwargs)  # a peer is one process; start more peers by running the script again
 
     def _check_batch_sizes(self) -> None:
         if self.target_batch_size is None or self.batch_size is None:
@@ -221,10 +203,6 @@ class HivemindStrategy:
     # ---------------------------------------------------------------------------------- model, optimizer
 
     @hookimpl
-    def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        return module
-
-    @hookimpl
     def strategy_setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         self._check_batch_sizes()
         hivemind = _engine.load()
@@ -246,25 +224,9 @@ class HivemindStrategy:
         optimizer_of_peer: torch.optim.Optimizer = wrapped
         return optimizer_of_peer
 
-    @hookimpl
-    def strategy_block_backward_sync(self, module: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
-        # Gradients are averaged by hivemind.Optimizer when the target is reached, never during backward.
-        return contextlib.nullcontext()
-
-    @hookimpl
-    def strategy_module_init_context(self, empty_init: bool) -> contextlib.AbstractContextManager[Any]:
-        return self.active.device or torch.device("cpu")
-
-    # ------------------------------------------------------------------- collectives: this peer alone
-
-    @hookimpl
-    def strategy_reduce(self, tensor: torch.Tensor, group: Any | None, reduce_op: str) -> torch.Tensor:
-        check_reduce_op(reduce_op)
-        return tensor
-
-    @hookimpl
-    def strategy_all_gather(self, tensor: torch.Tensor, group: Any | None, sync_grads: bool) -> torch.Tensor:
-        return tensor.unsqueeze(0)
+    # Every peer is a world of size 1 of its own (peers come and go, and each reads its own data): the launch, the
+    # module's set-up, the collectives, the barrier, the sampler and the checkpoints are SingleDeviceStrategy's.
+    # Gradients are averaged by hivemind.Optimizer when the target is reached, never during backward.
 
     @hookimpl
     def strategy_broadcast(self, obj: Any, src: int) -> Any:
@@ -273,24 +235,3 @@ class HivemindStrategy:
                 f"broadcast(src={src}): under strategy='hivemind' every peer is rank 0 of its own world of size 1."
             )
         return obj
-
-    @hookimpl
-    def strategy_barrier(self, name: str | None) -> None:
-        return None  # peers come and go; there is nothing to wait for
-
-    @hookimpl
-    def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
-        return None  # each peer reads its own data
-
-    # ------------------------------------------------------------------------------------- checkpoints
-
-    @hookimpl
-    def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
-        self.active.hook.checkpoint_io_save(checkpoint=state, path=path, storage_options=None)
-
-    @hookimpl
-    def strategy_load_checkpoint(self, path: str, weights_only: bool) -> dict[str, Any]:
-        loaded: dict[str, Any] = self.active.hook.checkpoint_io_load(
-            path=path, map_location="cpu", weights_only=weights_only
-        )
-        return loaded

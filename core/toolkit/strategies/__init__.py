@@ -34,7 +34,11 @@ this process's rank when someone else started the processes (torchrun, srun, ``p
 **Rendezvous.** Ranks a launcher starts on one node meet at a store the launcher serves, checked by the job id
 in :data:`JOB_VARIABLE`; a rank that reached another job's store raises :class:`RendezvousError`.
 
-**Sharded state.** For strategies whose parameters become ``DTensor`` s (fsdp, model_parallel):
+**Sharded strategies.** :class:`ShardedStrategy` is the base of strategies whose parameters become ``DTensor`` s
+(fsdp, model_parallel): empty-init on the meta device and materialising this rank's part, rank 0's initial values,
+optimizers pointed at the replaced parameters, sharded or gathered checkpoints, resharding at the end of the run.
+
+**Sharded state.** The pieces it is made of, for a strategy that needs them on their own:
 :class:`ReplacedParameters` remembers which parameter replaced which at set-up, so that an optimizer made before
 points at the new ones and the originals get the trained values back; :func:`gather_full_state` gathers a state's
 ``DTensor`` s into whole tensors on the CPU (a collective); :func:`accept_whole_tensors` and
@@ -64,6 +68,7 @@ from core.toolkit.strategies._launchers import (
 )
 from core.toolkit.strategies._parallel import START_METHODS, ParallelStrategy, forget_mesh_groups
 from core.toolkit.strategies._rendezvous import JOB_VARIABLE, RendezvousError
+from core.toolkit.strategies._sharded import ShardedStrategy
 from core.toolkit.strategies._sharding import (
     SHARDED_MODULES,
     ReplacedParameters,
@@ -96,6 +101,7 @@ __all__ = [
     "ReplacedParameters",
     "ScriptLauncher",
     "ShardedModules",
+    "ShardedStrategy",
     "SingleDeviceStrategy",
     "accept_whole_optimizer_state",
     "accept_whole_tensors",

@@ -1,7 +1,8 @@
 """``FSDPStrategy``: every rank holds a shard of each parameter, gradient and optimizer state (FSDP2).
 
 The processes, the process group, the launcher and the collectives are the core's (this class extends
-:class:`core.toolkit.strategies.ParallelStrategy`); what it adds is the model's set-up:
+:class:`core.toolkit.strategies.ShardedStrategy`, which also gives empty-init, optimizers pointed at the shards,
+sharded or gathered checkpoints and the resharding at the end of the run); what it adds is the model's set-up:
 :func:`torch.distributed.fsdp.fully_shard` turns its parameters into ``DTensor`` shards over a one-dimensional
 device mesh of all ranks. The order of set-up, in :meth:`FSDPStrategy.setup_module`:
 
@@ -21,7 +22,6 @@ again), a module created empty included. Making it whole is explicit: :func:`cor
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
@@ -29,19 +29,11 @@ from itertools import chain
 from typing import Any, ClassVar, Final
 
 import torch
-import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit.strategies import (
-    SHARDED_MODULES,
-    ParallelStrategy,
-    ReplacedParameters,
-    accept_whole_optimizer_state,
-    accept_whole_tensors,
-    gather_full_state,
-)
+from core.toolkit.strategies import SHARDED_MODULES, ShardedStrategy, accept_whole_tensors
 
 from ._wrap import AutoWrapPolicy, predicate, shard
 
@@ -67,7 +59,7 @@ def _supports(state_dict_type: str) -> Supports:
     )
 
 
-class FSDPStrategy(ParallelStrategy):
+class FSDPStrategy(ShardedStrategy):
     """Fully sharded data parallel training with FSDP2.
 
     :param auto_wrap_policy: Which submodules become their own unit: a collection of module classes, a
@@ -88,6 +80,8 @@ class FSDPStrategy(ParallelStrategy):
     """
 
     message_prefix: ClassVar[str] = "core-fsdp"
+    sharded_checkpoint_option = "state_dict_type='sharded'"
+    full_checkpoint_option = "state_dict_type='full'"
 
     def __init__(
         self,
@@ -105,7 +99,7 @@ class FSDPStrategy(ParallelStrategy):
     ) -> None:
         super().__init__(
             process_group_backend=process_group_backend, timeout=timeout, start_method=start_method,
-            name=name or "fsdp",
+            sharded_checkpoint=state_dict_type == "sharded", name=name or "fsdp",
         )
         if state_dict_type not in STATE_DICT_TYPES:
             raise ConfigurationError(
@@ -125,21 +119,6 @@ class FSDPStrategy(ParallelStrategy):
         self.state_dict_type = state_dict_type
         self.sync_module_states = sync_module_states
         self.supports = _supports(state_dict_type)  # per object: depends on the layout
-        self._replaced = ReplacedParameters()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state.pop("_replaced", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self._replaced = ReplacedParameters()
-
-    @property
-    def default_checkpoint_io(self) -> str:
-        """``distributed`` for sharded checkpoints, ``torch`` for a full one."""
-        return "distributed" if self.state_dict_type == "sharded" else "torch"
 
     def __repr__(self) -> str:
         return (
@@ -177,13 +156,6 @@ class FSDPStrategy(ParallelStrategy):
 
     # -- model ----------------------------------------------------------------------------------------
 
-    @hookimpl
-    def strategy_module_init_context(self, empty_init: bool) -> AbstractContextManager[Any]:
-        # On the meta device a module has shapes and no storage; setup allocates only this rank's shards.
-        if empty_init:
-            return torch.device("meta")
-        return self.active.device or torch.device("cpu")
-
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Broadcast rank 0's values (unless created empty), shard, materialise, accept whole tensors on load.
 
@@ -199,12 +171,12 @@ class FSDPStrategy(ParallelStrategy):
                 "lite.init_module(empty_init=True), or entirely outside."
             )
         if not empty and self.sync_module_states and self.active.cluster.world_size > 1:
-            self._broadcast_from_rank_zero(tensors)
+            self.broadcast_from_rank_zero(tensors)
         originals = dict(module.named_parameters())
         shard(module, self.auto_wrap_policy, self._fully_shard_options())
         if empty:
-            self._materialise(module)
-        self._replaced.record(originals, module)
+            self.materialise(module)
+        self.replaced.record(originals, module)
         accept_whole_tensors(module)
         return module
 
@@ -220,44 +192,6 @@ class FSDPStrategy(ParallelStrategy):
             block.compile()
         return module
 
-    def _broadcast_from_rank_zero(self, tensors: list[torch.Tensor]) -> None:
-        with torch.no_grad(), self.communicator.guard("broadcast of the initial parameters (fsdp)"):
-            for tensor in tensors:
-                dist.broadcast(tensor, src=0)
-
-    def _materialise(self, module: torch.nn.Module) -> None:
-        """Allocate this rank's shards of a module created on the meta device and initialise them."""
-        module.to_empty(device=self.active.device or torch.device("cpu"))
-        with torch.no_grad(), warnings.catch_warnings():
-            # Each rank initialises its own shards; the values are meant to be replaced by a checkpoint.
-            warnings.filterwarnings("ignore", message="DTensor random operators may not have complete support")
-            for submodule in module.modules():
-                reset = getattr(submodule, "reset_parameters", None)
-                if callable(reset):
-                    reset()
-
-    @hookimpl
-    def strategy_setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """Point an optimizer made before set-up at the sharded parameters that replaced the originals."""
-        self._replaced.point_optimizer(optimizer, self.alias)
-        accept_whole_optimizer_state(optimizer)
-        return optimizer
-
-    # -- end of the run -------------------------------------------------------------------------------
-
-    def release_run(self) -> None:
-        """Reshard every unit a forward left gathered (``reshard_after_forward=False``, an evaluation): the modules
-        leave the run holding their shards only. Nothing is gathered: see :func:`full_state_dict` for that."""
-        for module in self.set_up_modules:
-            for unit in module.modules():
-                if isinstance(unit, FSDPModule):
-                    unit.reshard()
-
-    def forget_run(self) -> None:
-        """Forget which parameter replaced which (the base class drops the run's mesh and modules)."""
-        self._replaced.clear()
-        super().forget_run()
-
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
         root = next((sub for sub in module.modules() if isinstance(sub, FSDPModule)), None)
@@ -267,34 +201,6 @@ class FSDPStrategy(ParallelStrategy):
                 f"{type(module).__name__} holds no fully_shard unit; pass the module that setup() returned."
             )
         return _without_gradient_sync(root)
-
-    # -- checkpoints ----------------------------------------------------------------------------------
-
-    @hookimpl
-    def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
-        active = self.active
-        if self.state_dict_type == "full":
-            whole = gather_full_state(state)  # every rank takes part in gathering; rank 0 writes
-            if active.cluster.is_global_zero:
-                active.hook.checkpoint_io_save(checkpoint=whole, path=path, storage_options=None)
-        else:
-            if not getattr(active.checkpoint_io, "writes_shards", False):
-                raise ConfigurationError(
-                    f"FSDPStrategy(state_dict_type='sharded') has every rank write its shards, which the "
-                    f"checkpoint_io {active.config.checkpoint_io!r} cannot do. Use plugins=['distributed'] "
-                    f"(pip install core-dcp) or FSDPStrategy(state_dict_type='full')."
-                )
-            active.hook.checkpoint_io_save(checkpoint=state, path=path, storage_options=None)
-        active.hook.strategy_barrier(name="save_checkpoint")
-
-    @hookimpl
-    def strategy_load_checkpoint(self, path: str, weights_only: bool) -> dict[str, Any]:
-        # Every rank reads whole tensors (any layout, any world size that wrote it); the load hooks installed
-        # at set-up keep this rank's slices when the module and optimizers load them.
-        loaded: dict[str, Any] = self.active.hook.checkpoint_io_load(
-            path=path, map_location="cpu", weights_only=weights_only
-        )
-        return loaded
 
 
 @contextmanager

@@ -1,12 +1,13 @@
 """``ModelParallelStrategy``: the user's parallelization (tensor parallel, fully sharded) over a 2-D device mesh.
 
 The processes, the process group, the launcher and the collectives are the core's (this class extends
-:class:`core.toolkit.strategies.ParallelStrategy`). What it adds is the model's set-up: the strategy builds a
-``DeviceMesh`` with the dimensions ``("data_parallel", "tensor_parallel")`` once the process group exists, and the
-user's *parallelize function*
-``fn(module, device_mesh) -> module`` decides what to do with it (``parallelize_module`` with
-``ColwiseParallel`` / ``RowwiseParallel`` over ``device_mesh["tensor_parallel"]``, then ``fully_shard`` over
-``device_mesh["data_parallel"]``). The function comes from one of three places, first found wins:
+:class:`core.toolkit.strategies.ShardedStrategy`, which also gives empty-init, optimizers pointed at the new
+parameters, sharded or gathered checkpoints and the resharding at the end of the run). What it adds is the model's
+set-up: the strategy builds a ``DeviceMesh`` with the dimensions ``("data_parallel", "tensor_parallel")`` once the
+process group exists, and the user's *parallelize function* ``fn(module, device_mesh) -> module`` decides what to
+do with it (``parallelize_module`` with ``ColwiseParallel`` / ``RowwiseParallel`` over
+``device_mesh["tensor_parallel"]``, then ``fully_shard`` over ``device_mesh["data_parallel"]``). The function comes
+from one of three places, first found wins:
 
 1. the launched function, before ``lite.setup`` (``fn(model, lite.device_mesh)``: the module arrives parallelized);
 2. the Module's ``configure_model`` under the Trainer (it reads the mesh and parallelizes in place);
@@ -35,20 +36,11 @@ from itertools import chain
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import torch
-import torch.distributed as dist
-from core_dcp import holds_dtensors
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
-from core.toolkit.strategies import (
-    SHARDED_MODULES,
-    ParallelStrategy,
-    ReplacedParameters,
-    accept_whole_optimizer_state,
-    accept_whole_tensors,
-    gather_full_state,
-)
+from core.toolkit.strategies import SHARDED_MODULES, ShardedStrategy, accept_whole_tensors
 
 from ._mesh import DATA_PARALLEL, MeshShape, check_size, mesh_shape
 from ._state import holds_placed_tensors
@@ -78,7 +70,7 @@ def _supports(save_distributed_checkpoint: bool) -> Supports:
     )
 
 
-class ModelParallelStrategy(ParallelStrategy):
+class ModelParallelStrategy(ShardedStrategy):
     """Tensor parallelism within a node and (fully sharded) data parallelism across nodes, on a 2-D device mesh.
 
     :param parallelize_fn: ``fn(module, device_mesh) -> module`` applying the parallelisms in place; optional when
@@ -97,6 +89,8 @@ class ModelParallelStrategy(ParallelStrategy):
     """
 
     message_prefix: ClassVar[str] = "core-model-parallel"
+    sharded_checkpoint_option = "save_distributed_checkpoint=True"
+    full_checkpoint_option = "save_distributed_checkpoint=False"
 
     def __init__(
         self,
@@ -112,7 +106,7 @@ class ModelParallelStrategy(ParallelStrategy):
     ) -> None:
         super().__init__(
             process_group_backend=process_group_backend, timeout=timeout, start_method=start_method,
-            name=name or "model_parallel",
+            sharded_checkpoint=bool(save_distributed_checkpoint), name=name or "model_parallel",
         )
         if parallelize_fn is not None and not callable(parallelize_fn):
             raise ConfigurationError(
@@ -124,21 +118,6 @@ class ModelParallelStrategy(ParallelStrategy):
         self.save_distributed_checkpoint = bool(save_distributed_checkpoint)
         self.supports = _supports(self.save_distributed_checkpoint)  # per object
         self._shape: MeshShape | None = None
-        self._replaced = ReplacedParameters()
-
-    @property
-    def default_checkpoint_io(self) -> str:
-        """``distributed`` for sharded checkpoints, ``torch`` for a full one."""
-        return "distributed" if self.save_distributed_checkpoint else "torch"
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state.pop("_replaced", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self._replaced = ReplacedParameters()
 
     def __repr__(self) -> str:
         return (
@@ -189,13 +168,6 @@ class ModelParallelStrategy(ParallelStrategy):
 
     # -- model ----------------------------------------------------------------------------------------
 
-    @hookimpl
-    def strategy_module_init_context(self, empty_init: bool) -> AbstractContextManager[Any]:
-        # On the meta device a module has shapes and no storage; setup allocates only this rank's parts.
-        if empty_init:
-            return torch.device("meta")
-        return self.active.device or torch.device("cpu")
-
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Parallelize (if still plain), check data parallelism, materialise, accept whole tensors on load.
 
@@ -208,8 +180,8 @@ class ModelParallelStrategy(ParallelStrategy):
             module = self._parallelize(module)
         self._check_data_parallel(module)
         if any(tensor.is_meta for tensor in chain(module.parameters(), module.buffers())):
-            self._materialise(module)
-        self._replaced.record(originals, module)
+            self.materialise(module)
+        self.replaced.record(originals, module)
         accept_whole_tensors(module)
         return module
 
@@ -225,10 +197,7 @@ class ModelParallelStrategy(ParallelStrategy):
             )
         tensors = list(chain(module.parameters(), module.buffers()))
         if self.active.cluster.world_size > 1 and not any(tensor.is_meta for tensor in tensors):
-            # Every rank parallelizes the same model: rank 0's initial values (as DistributedDataParallel does).
-            with torch.no_grad(), self.communicator.guard("broadcast of the initial parameters (model_parallel)"):
-                for tensor in tensors:
-                    dist.broadcast(tensor, src=0)
+            self.broadcast_from_rank_zero(tensors)  # every rank parallelizes the same model
         parallelized = self.parallelize_fn(module, self.device_mesh)
         if not isinstance(parallelized, torch.nn.Module):
             raise ConfigurationError(
@@ -247,73 +216,12 @@ class ModelParallelStrategy(ParallelStrategy):
                 f"ModelParallelStrategy(data_parallel_size=1)."
             )
 
-    def _materialise(self, module: torch.nn.Module) -> None:
-        """Allocate this rank's parts of a module created on the meta device and initialise them."""
-        module.to_empty(device=self.active.device or torch.device("cpu"))
-        with torch.no_grad():
-            for submodule in module.modules():
-                reset = getattr(submodule, "reset_parameters", None)
-                if callable(reset):
-                    reset()
-
-    @hookimpl
-    def strategy_setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """Point an optimizer made before set-up at the ``DTensor`` parameters that replaced the originals."""
-        self._replaced.point_optimizer(optimizer, self.alias)
-        accept_whole_optimizer_state(optimizer)
-        return optimizer
-
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
         units = [sub for sub in module.modules() if isinstance(sub, FSDPModule)]
         if not units:  # no data-parallel replicas: no gradient synchronisation to skip
             return nullcontext()
         return _without_gradient_sync(units)
-
-    # -- checkpoints ----------------------------------------------------------------------------------
-
-    @hookimpl
-    def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
-        active = self.active
-        if not self.save_distributed_checkpoint:
-            full = gather_full_state(state)  # every rank takes part in gathering; rank 0 writes
-            if active.cluster.is_global_zero:
-                active.hook.checkpoint_io_save(checkpoint=full, path=path, storage_options=None)
-        elif holds_dtensors(state):
-            if not getattr(active.checkpoint_io, "writes_shards", False):
-                raise ConfigurationError(
-                    f"ModelParallelStrategy(save_distributed_checkpoint=True) has every rank write its shards, which "
-                    f"the checkpoint_io {active.config.checkpoint_io!r} cannot do. Use plugins=['distributed'] (pip "
-                    f"install core-dcp) or ModelParallelStrategy(save_distributed_checkpoint=False)."
-                )
-            active.hook.checkpoint_io_save(checkpoint=state, path=path, storage_options=None)
-        elif active.cluster.is_global_zero:  # nothing is sharded (every rank holds the same state): one writer
-            active.hook.checkpoint_io_save(checkpoint=state, path=path, storage_options=None)
-        active.hook.strategy_barrier(name="save_checkpoint")
-
-    @hookimpl
-    def strategy_load_checkpoint(self, path: str, weights_only: bool) -> dict[str, Any]:
-        # Every rank reads whole tensors (any mesh, any world size that wrote it); the load hooks installed at
-        # set-up keep this rank's part when the module and optimizers load them.
-        loaded: dict[str, Any] = self.active.hook.checkpoint_io_load(
-            path=path, map_location="cpu", weights_only=weights_only
-        )
-        return loaded
-
-    # -- end of the run -------------------------------------------------------------------------------
-
-    def release_run(self) -> None:
-        """Reshard the ``fully_shard`` units a forward left gathered: the modules leave the run holding their parts
-        only. Nothing is gathered: see :func:`full_state_dict` for that."""
-        for module in self.set_up_modules:
-            for unit in module.modules():
-                if isinstance(unit, FSDPModule):
-                    unit.reshard()
-
-    def forget_run(self) -> None:
-        """Forget which parameter replaced which (the base class drops the run's mesh and modules)."""
-        self._replaced.clear()
-        super().forget_run()
 
 
 @contextmanager
