@@ -178,9 +178,15 @@ class SignalRelay:
         for number in dict.fromkeys((signal.SIGINT, signal.SIGTERM, *self.preemption)):
             self._previous[number] = signal.signal(number, self._on_signal)
 
-    def uninstall(self) -> None:
+    def uninstall(self, *, ignore_late_notices: bool = False) -> None:
+        """Restore the handlers found at :meth:`install`; with ``ignore_late_notices``, ignore the preemption
+        signals instead (for a launcher that exits next: the job's status is known, and a notice landing while it
+        exits, such as SLURM's time-limit warning, would otherwise end it with that signal instead of its status)."""
         for number, previous in self._previous.items():
-            signal.signal(number, previous if previous is not None else signal.SIG_DFL)  # type: ignore[arg-type]
+            if ignore_late_notices and number in self.preemption:
+                signal.signal(number, signal.SIG_IGN)
+            else:
+                signal.signal(number, previous if previous is not None else signal.SIG_DFL)  # type: ignore[arg-type]
         self._previous.clear()
 
     def _on_signal(self, number: int, frame: FrameType | None) -> None:
@@ -231,8 +237,11 @@ class SignalRelay:
         return f"{PREFIX}: this happened after {self.notice.name}, a preemption notice passed on to the ranks."
 
 
-def launch(options: argparse.Namespace) -> int:
-    """Start the processes of this node, wait, and return the exit status of the job."""
+def launch(options: argparse.Namespace, *, exiting: bool = False) -> int:
+    """Start the processes of this node, wait, and return the exit status of the job.
+
+    ``exiting``: the process exits with that status next (the command line), so preemption notices arriving after
+    the job's end are ignored rather than restored to their previous handlers."""
     if not 0 <= options.node_rank < options.num_nodes:
         raise CoreError(f"--node-rank {options.node_rank} is outside 0..{options.num_nodes - 1} "
                         f"(--num-nodes {options.num_nodes}).")
@@ -268,7 +277,7 @@ def launch(options: argparse.Namespace) -> int:
                 listener.close()  # global rank 0 holds its own copy
             return job_status(relay, Supervisor(relay.workers, prefix=PREFIX))
     finally:
-        relay.uninstall()
+        relay.uninstall(ignore_late_notices=exiting)
 
 
 def job_status(relay: SignalRelay, supervisor: Supervisor) -> int:
@@ -294,9 +303,10 @@ def job_status(relay: SignalRelay, supervisor: Supervisor) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (``python -m core.run``, ``core-run``): the job's exit status, for the caller to exit with."""
     options = build_parser().parse_args(argv)
     try:
-        return launch(options)
+        return launch(options, exiting=True)
     except CoreError as error:
         print(f"{PREFIX}: error: {error}", file=sys.stderr)
         return 2
