@@ -111,9 +111,31 @@ docs: setup-all
 # A wheel and an sdist of every distribution (core, plugins/*, contrib/*) in dist/, twine-checked, and a PEP 503
 # index of them in dist/simple/ for `pip install --index-url file://$(CURDIR)/dist/simple ...` (README, "Install").
 dist: setup
-	$(PY) -m pip install --quiet -c constraints.txt 'build>=1.2' 'twine>=5'
+	$(PY) -m pip install --quiet -c constraints.txt 'build>=1.2' 'twine>=5' 'readme-renderer[md]>=43'
 	$(PY) scripts/build_dist.py --out dist . $(DISTS)
 	$(PY) -m twine check --strict dist/*.whl dist/*.tar.gz
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist
+
+# The GPU check (scripts/gpu_check.py, bench/README.md "On a GPU"): on the GPU machine, one command that installs core
+# and the plugins it needs beside that machine's torch, runs the tests marked `gpu` and the GPU benchmark, each phase
+# within its budget, and writes everything under --out. Anywhere: GPU_CHECK_ARGS="--dry-run" installs into a
+# temporary target and lists what it would run. GPU_PYTHON is the interpreter that holds torch (there: python3).
+GPU_CHECK_ARGS ?=
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+.PHONY: gpu-check gpu-wheels
+gpu-check:
+	$(GPU_PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
+
+# The pure-Python wheels the GPU image lacks, for its Python 3.12: importlib-metadata (core's metadata reader) with
+# zipp, and setuptools (>= 77 reads the root pyproject's license string), used only to build the working tree there.
+# Everything else core and the checks import is in that image (xxhash, pluggy, attrs, packaging, pytest, hypothesis,
+# psutil, scikit-learn, lightning, accelerate). Ignored by git; carried with `carry: [".gpu-wheels"]`.
+GPU_WHEELS := .gpu-wheels
+GPU_WHEEL_PINS ?= importlib-metadata==9.1.0 zipp==4.1.2 setuptools==84.2.1
+gpu-wheels:
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(GPU_PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform any -d $(GPU_WHEELS) $(GPU_WHEEL_PINS)
+	ls -l $(GPU_WHEELS)
