@@ -5,9 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import importlib_metadata
 import pytest
+import trove_classifiers
 from conftest import Installer
 from hypothesis import given
 from hypothesis import strategies as st
@@ -126,3 +128,74 @@ def test_requirement_specifiers_are_written_as_packaging_writes_them(
 ])
 def test_anything_beyond_plain_releases_is_decided_by_packaging(version: str, specifier: str) -> None:
     assert satisfies(version, specifier) == SpecifierSet(specifier).contains(version, prereleases=True)
+
+
+
+# Packaging metadata: what PyPI (and the index `make dist` writes) shows for each distribution. Every directory with
+# a pyproject.toml is checked, so a new plugin or contrib package is held to it as soon as it exists.
+ROOT = Path(__file__).resolve().parents[1]
+DISTRIBUTIONS = ["", *sorted(p.parent.relative_to(ROOT).as_posix() for p in [
+    *ROOT.glob("plugins/*/pyproject.toml"), *ROOT.glob("contrib/*/pyproject.toml"),
+])]
+URL_LABELS = ("Homepage", "Documentation", "Source", "Issues")
+
+
+def _project(directory: Path) -> dict[str, Any]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+; CI runs 3.11
+    project: dict[str, Any] = tomllib.loads((directory / "pyproject.toml").read_text())["project"]
+    return project
+
+
+def _metadata_problems(directory: Path, where: str) -> list[str]:
+    """Each missing or malformed field of directory/pyproject.toml (`where` in the clone), as what to write."""
+    project, root = _project(directory), _project(ROOT)
+    problems = []
+    summary = project.get("description", "")
+    if not summary or "\n" in summary or len(summary) > 512:
+        problems.append("description: one line of at most 512 characters (PyPI's summary)")
+    if project.get("readme") != "README.md" or not (directory / "README.md").is_file():
+        problems.append('readme = "README.md", and a README.md beside pyproject.toml (the index page shows it)')
+    elif not (directory / "README.md").read_text().startswith(f"# {project['name']}"):
+        problems.append(f"README.md: starts with the heading '# {project['name']}'")
+    if project.get("requires-python") != root["requires-python"]:
+        problems.append(f'requires-python = "{root["requires-python"]}" (as core)')
+    if project.get("license") != root["license"]:
+        problems.append(f'license = "{root["license"]}" (an SPDX expression, no License :: classifier)')
+    classifiers = project.get("classifiers", [])
+    unknown = sorted(set(classifiers) - trove_classifiers.classifiers)
+    if not classifiers or unknown or "Programming Language :: Python :: 3" not in classifiers:
+        problems.append(f"classifiers: valid trove classifiers, Python 3 among them (unknown: {unknown})")
+    if any(classifier.startswith("License ::") for classifier in classifiers):
+        problems.append("classifiers: no License :: classifier beside the license expression (PEP 639)")
+    urls = project.get("urls", {})
+    missing = [label for label in URL_LABELS if label not in urls]
+    if missing:
+        problems.append(f"[project.urls]: {', '.join(missing)} missing (copy core-ddp's block)")
+    else:
+        for label in ("Homepage", "Issues"):
+            if urls[label] != root["urls"][label]:
+                problems.append(f'[project.urls] {label} = "{root["urls"][label]}" (as core)')
+        if where and not urls["Source"].endswith(f"/tree/main/{where}"):
+            problems.append(f"[project.urls] Source: ends with /tree/main/{where}")
+    if where:
+        on_core = [Requirement(line) for line in project.get("dependencies", []) if Requirement(line).name == "core"]
+        operators = {spec.operator for requirement in on_core for spec in requirement.specifier}
+        if not (">=" in operators and "<" in operators) and "~=" not in operators:
+            problems.append('dependencies: a range on core, "core>=0.1,<0.2" (docs/publishing.md, Versions)')
+    return problems
+
+
+@pytest.mark.parametrize("where", DISTRIBUTIONS, ids=lambda where: where or "core")
+def test_every_distribution_has_complete_packaging_metadata(where: str) -> None:
+    problems = _metadata_problems(ROOT / where, where)
+    assert not problems, f"{where or '.'}/pyproject.toml:\n  " + "\n  ".join(problems)
+
+
+def test_the_metadata_check_names_what_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "core-bare"\ndescription = "x"\ndependencies = ["core"]\nclassifiers = ["Made :: Up"]\n'
+    )
+    problems = "\n".join(_metadata_problems(tmp_path, "contrib/core-bare"))
+    for expected in ('readme = "README.md"', "requires-python", "license", "unknown: ['Made :: Up']",
+                     "Homepage, Documentation, Source, Issues missing", 'a range on core, "core>=0.1,<0.2"'):
+        assert expected in problems

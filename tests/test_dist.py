@@ -1,0 +1,190 @@
+"""The README's usage line, as a user runs it: built distributions, a file index, an empty venv, outside the clone.
+
+One venv serves the whole module (its tests run in order): the wheels and sdists of core, core-ddp, core-tpu and
+core-slurm are built by scripts/build_dist.py (what `make dist` runs for every distribution) with its PEP 503 index,
+the README's `pip install core-ddp core-tpu core-slurm` installs from that index into an empty venv, and a 2-process
+ddp job selected by alias trains from a directory outside the clone. The last test uninstalls the three plugins,
+leaving core and its dependencies only, and checks that such a minimal install prints no warning.
+
+Where torch and the other third-party packages come from is pip's configuration, as for the user: our index is the
+`--index-url`, and pip's configured extra indexes and find-links stay in force (on this machine local mirrors, so the
+install works offline; with none configured, PyPI is added as the extra index). The torch pin is constraints.txt's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+USAGE = re.compile(r"^pip install (core-[a-z-]+(?: core-[a-z-]+)*)$", re.MULTILINE)
+pytestmark = pytest.mark.timeout(600)
+
+
+def _readme_usage_line() -> list[str]:
+    """The distributions the README's usage line installs (the line alone in a ```bash block)."""
+    found = USAGE.findall((ROOT / "README.md").read_text())
+    assert found, "README.md has no line `pip install core-ddp ...` alone in a code block"
+    return found[0].split()
+
+
+def _pip_has_extra_sources() -> bool:
+    """Whether pip is configured with an extra index or find-links (then those serve the third-party packages)."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True,
+    ).stdout
+    return any(re.match(r"^[^=]*\.(extra-index-url|find-links)=", line) for line in listed.splitlines())
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment of a user's shell: no PYTHONPATH into the clone, no plugin switches, no warning filters."""
+    drop = ("PYTHONPATH", "PYTHONWARNINGS", "VIRTUAL_ENV", "CORE_STRICT_PLUGINS", "CORE_DISABLE_PLUGINS",
+            "CORE_PLUGINS_AUTOLOAD")
+    return {key: value for key, value in os.environ.items() if key not in drop} | {"OMP_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class Venv:
+    python: Path
+    index: Path
+    away: Path  # a working directory outside the clone
+    install_output: str
+
+    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.python), *args], cwd=self.away, env=_clean_env(), capture_output=True, text=True,
+            timeout=timeout,
+        )
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    base = tmp_path_factory.mktemp("dist")
+    wheelhouse = base / "dist"
+    sources = [".", *(f"plugins/{name}" for name in _readme_usage_line())]
+    subprocess.run(
+        [sys.executable, "scripts/build_dist.py", "--out", str(wheelhouse), *sources],
+        cwd=ROOT, check=True, capture_output=True, text=True, timeout=300,
+    )
+    subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True, timeout=120)
+    python = base / "venv" / "bin" / "python"
+    index = wheelhouse / "simple"
+    command = [str(python), "-m", "pip", "install", "--index-url", index.as_uri(), "-c", str(ROOT / "constraints.txt")]
+    if not _pip_has_extra_sources():
+        command += ["--extra-index-url", "https://pypi.org/simple"]
+    away = base / "elsewhere"
+    away.mkdir()
+    installed = subprocess.run(
+        [*command, *_readme_usage_line()], cwd=away, env=_clean_env(), capture_output=True, text=True, timeout=420,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return Venv(python, index, away, installed.stdout)
+
+
+def test_the_index_lists_every_file_with_its_hash_and_the_rendered_readme(venv: Venv) -> None:
+    names = {path.name for path in venv.index.iterdir() if path.is_dir()}
+    assert names == {"core", *_readme_usage_line()}
+    page = (venv.index / "core-ddp" / "index.html").read_text()
+    links = re.findall(r'href="\.\./\.\./([^"#]+)#sha256=([0-9a-f]{64})"', page)
+    assert {name for name, _ in links} == {"core_ddp-0.1.0-py3-none-any.whl", "core_ddp-0.1.0.tar.gz"}
+    for name, digest in links:
+        assert hashlib.sha256((venv.index.parent / name).read_bytes()).hexdigest() == digest
+    assert 'data-requires-python="&gt;=3.10"' in page
+    assert "<table>" in page and "<code>ddp_spawn</code>" in page  # the README as Markdown rendered, not raw text
+
+
+def test_twine_check_passes_for_the_built_files(venv: Venv) -> None:
+    files = sorted(str(path) for path in venv.index.parent.iterdir() if path.is_file())
+    checked = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *files],
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("PASSED") == len(files) == 2 * (1 + len(_readme_usage_line()))
+
+
+def test_the_usage_line_installs_the_built_wheels_not_the_clone(venv: Venv) -> None:
+    wanted = {"core", *_readme_usage_line()}
+    shown = venv.run("-m", "pip", "list", "--format", "freeze").stdout
+    versions = dict(line.split("==") for line in shown.splitlines() if "==" in line)
+    assert {name: versions.get(name) for name in wanted} == dict.fromkeys(wanted, "0.1.0")
+    where = venv.run("-c", "import core, core_ddp, core_slurm, core_tpu as m; print(core.__file__, m.__file__)")
+    assert where.returncode == 0, where.stderr
+    assert str(ROOT) not in where.stdout and "site-packages" in where.stdout
+    checked = venv.run("-m", "pip", "check")
+    assert checked.returncode == 0, checked.stdout
+
+
+def test_plugins_are_listed_by_the_installed_core(venv: Venv) -> None:
+    listed = venv.run("-m", "core.plugins")
+    assert listed.returncode == 0, listed.stderr
+    rows = {tuple(line.split()[:3]) for line in listed.stdout.splitlines()}
+    assert {("strategy", "ddp", "core-ddp"), ("accelerator", "tpu", "core-tpu"), ("strategy", "xla", "core-tpu"),
+            ("environment", "slurm", "core-slurm"), ("strategy", "single_device", "core")} <= rows
+    assert not any(row[2] in ("core-fsdp", "core-amp") for row in rows if len(row) == 3)
+    assert listed.stderr == ""
+
+
+def test_a_two_process_ddp_job_trains_by_alias_outside_the_clone(venv: Venv) -> None:
+    script = venv.away / "train.py"
+    script.write_text(textwrap.dedent('''
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        import core
+
+
+        def train(lite):
+            torch.manual_seed(0)
+            features = torch.randn(64, 4)
+            data = TensorDataset(features, features.sum(dim=1, keepdim=True))
+            loader = lite.setup_dataloaders(DataLoader(data, batch_size=8))
+            model = torch.nn.Linear(4, 1)
+            model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.05))
+            for _ in range(3):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    lite.backward(loss)
+                    optimizer.step()
+            weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+            gathered = lite.all_gather(weights)
+            lite.print(f"world {lite.world_size} strategy {type(lite.strategy).__module__}")
+            lite.print(f"replicas equal {bool(torch.equal(gathered[0], gathered[1]))} loss {loss.item():.4f}")
+
+
+        if __name__ == "__main__":
+            core.Lite(accelerator="cpu", strategy="ddp", devices=2).launch(train)
+    '''))
+    ran = venv.run(str(script), timeout=180)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "world 2 strategy core_ddp" in ran.stdout
+    assert "replicas equal True" in ran.stdout
+
+
+def test_a_minimal_install_is_quiet(venv: Venv) -> None:
+    """core alone (the plugins uninstalled): no warning on import, on listing, on --check or on a run.
+
+    torch warns "Failed to initialize NumPy" on every import when numpy is missing, which is why numpy is a
+    dependency of core; this runs last in the module because it uninstalls the plugins.
+    """
+    removed = venv.run("-m", "pip", "uninstall", "--yes", *_readme_usage_line())
+    assert removed.returncode == 0, removed.stderr
+    left = venv.run("-m", "core.plugins", "--json")
+    assert left.returncode == 0 and '"core-ddp"' not in left.stdout and '"core"' in left.stdout
+    for command in (
+        ["-c", "import core"],
+        ["-m", "core.plugins"],
+        ["-m", "core.plugins", "--check"],
+        ["-c", "import core; core.Lite(accelerator='cpu').launch(lambda lite: print('ran', lite.world_size))"],
+    ):
+        ran = venv.run(*command)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stderr == "", f"{command}: {ran.stderr}"
+    assert "ran 1" in ran.stdout
