@@ -21,6 +21,7 @@ from core._errors import (
     IncompatiblePluginError,
     PluginConflictError,
     PluginDisabledError,
+    PluginUnavailableError,
     UnknownPluginError,
 )
 from core._records import ENTRY_POINT_GROUPS, KINDS
@@ -58,6 +59,68 @@ STATUS_CONFLICT: Final = "conflict"
 STATUS_INCOMPATIBLE: Final = "incompatible"
 STATUS_DISABLED: Final = "disabled"
 STATUS_EXPLICIT_ONLY: Final = "explicit-only"
+STATUS_UNAVAILABLE: Final = "unavailable"
+"""A first-party-known alias whose software cannot be installed from the package index (the index's "blocked")."""
+
+
+@functools.lru_cache(maxsize=1)
+def _index_section(name: str) -> Mapping[str, Any]:
+    """One top-level section of :data:`FIRST_PARTY_INDEX` ("legacy", "blocked"), without its ``_comment``."""
+    with open(FIRST_PARTY_INDEX, encoding="utf-8") as index:
+        section = json.load(index).get(name, {})
+    return {key: value for key, value in section.items() if key != "_comment"}
+
+
+def legacy_note(kind: str, alias: str) -> str | None:
+    """The note listing shows for a Lightning 1.x alias kept under its old name (``ddp_cpu``, ``tpu_spawn``)."""
+    note = _index_section("legacy").get(kind, {}).get(alias)
+    return str(note) if note is not None else None
+
+
+@attrs.frozen
+class BlockedAlias:
+    """An alias of hardware whose software is not on the package index: what it needs, why, and the hook mapping."""
+
+    kind: str
+    alias: str
+    device: str
+    sdk: str
+    needs: str
+    why: str
+    hooks: str
+
+    def as_info(self) -> PluginInfo:
+        return PluginInfo(
+            self.kind, self.alias, self.sdk, "-", "", None, STATUS_UNAVAILABLE,
+            f"needs the {self.sdk}, which is not on the package index (see docs/ecosystem.md)",
+        )
+
+    def message(self) -> str:
+        return (
+            f"{self.kind}={self.alias!r} is the {self.device}, which needs {self.needs}. It cannot be installed from "
+            f"the package index: {self.why}. No core plugin provides it, since none could be tested here; one built "
+            f"on that software would map the hooks as follows: {self.hooks}. See docs/ecosystem.md (blockers)."
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def blocked_aliases() -> Mapping[tuple[str, str], BlockedAlias]:
+    """``(kind, alias) -> BlockedAlias`` for the first-party-known aliases that no distribution can provide."""
+    found = {}
+    for vendor in _index_section("blocked").values():
+        for kind, aliases in vendor["aliases"].items():
+            for alias in aliases:
+                found[(kind, alias)] = BlockedAlias(
+                    kind, alias, vendor["device"], vendor["sdk"], vendor["needs"], vendor["why"], vendor["hooks"]
+                )
+    return found
+
+
+def refuse_blocked(alias: str, kind: str | None = None) -> None:
+    """Raise :class:`PluginUnavailableError` when ``alias`` (of ``kind``, or of any kind) is a blocked alias."""
+    for (blocked_kind, blocked_alias), blocked in blocked_aliases().items():
+        if blocked_alias == alias and kind in (None, blocked_kind):
+            raise PluginUnavailableError(blocked.message())
 
 
 @attrs.frozen
@@ -137,7 +200,12 @@ class Catalog:
     entries: tuple[PluginInfo, ...]
 
     def of_kind(self, kind: str) -> list[PluginInfo]:
-        return [info for info in self.entries if info.kind == kind]
+        """The installed entries of ``kind`` (not the blocked aliases listing shows as unavailable)."""
+        return [info for info in self.entries if info.kind == kind and info.status != STATUS_UNAVAILABLE]
+
+    def refuse_blocked(self, alias: str, kind: str | None = None) -> None:
+        """An unknown alias that is a blocked one (``ipu``, ``hpu``, ...) raises the error that says why."""
+        refuse_blocked(alias, kind)
 
     def aliases(self, kind: str) -> list[str]:
         return sorted({info.alias for info in self.of_kind(kind) if info.selectable})
@@ -156,6 +224,7 @@ class Catalog:
                 if canonical_name(info.distribution) == canonical_name(pinned_dist)
             ]
         if not candidates:
+            refuse_blocked(alias, kind)
             raise UnknownPluginError(
                 kind, name, self.installed_aliases(kind), first_party().get((kind, alias)), installable_aliases(kind)
             )
@@ -213,11 +282,18 @@ def discover() -> Catalog:
         entries.append(
             PluginInfo(kind, entry_point.name, distribution, version, entry_point.value, requires_core, status, reason)
         )
-    entries = _mark_conflicts(entries)
+    entries = [_with_legacy_note(info) for info in _mark_conflicts(entries)]
+    claimed = {(info.kind, info.alias) for info in entries}
+    entries += [blocked.as_info() for key, blocked in blocked_aliases().items() if key not in claimed]
     catalog = Catalog(tuple(sorted(entries, key=lambda info: (KINDS.index(info.kind), info.alias, info.distribution))))
     if strict_plugins():
         _raise_first_problem(catalog.entries)
     return catalog
+
+
+def _with_legacy_note(info: PluginInfo) -> PluginInfo:
+    note = legacy_note(info.kind, info.alias) if info.status == STATUS_OK and not info.reason else None
+    return attrs.evolve(info, reason=note) if note else info
 
 
 def _mark_conflicts(entries: list[PluginInfo]) -> list[PluginInfo]:

@@ -224,6 +224,7 @@ def _find_plugin_alias(catalog: Catalog, alias: str) -> tuple[str, PluginInfo]:
             f"matching argument instead (for example {kinds[0]}={alias!r})."
         )
     if not kinds:
+        catalog.refuse_blocked(bare)  # ipu, hpu, ...: say what they need and why it cannot be installed
         known = sorted({info.alias for kind in KINDS for info in catalog.of_kind(kind)})
         provider = next((dist for (_, known_alias), dist in first_party().items() if known_alias == bare), None)
         raise UnknownPluginError("plugin", alias, known, provider)

@@ -1,5 +1,5 @@
 """core-ddp: the DDP family of strategies for ``core`` (``ddp``, ``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``,
-``ddp_find_unused_parameters_true``, ``dp``).
+``ddp_find_unused_parameters_true``, ``dp``, and Lightning 1.x's ``ddp_cpu``).
 
 Each alias is an entry point of the ``core.strategies`` group whose value is one of the factories below;
 ``DDPStrategy(...)`` is the object to pass for options: ``Lite(strategy=DDPStrategy(static_graph=True))``.
@@ -12,6 +12,9 @@ this plugin. :data:`START_METHODS`, the error types, :data:`JOB_VARIABLE`, :clas
 
 from __future__ import annotations
 
+from typing import ClassVar, Final
+
+from core import Supports
 from core.toolkit.strategies import (
     JOB_VARIABLE,
     START_METHODS,
@@ -52,22 +55,43 @@ def ddp_find_unused_parameters_true() -> DDPStrategy:
     return DDPStrategy(find_unused_parameters=True, name="ddp_find_unused_parameters_true")
 
 
+DDP_CPU_SUPPORTS: Final = Supports(
+    only={"accelerator": {"cpu"}},
+    hint="'ddp_cpu' is Lightning 1.x's name for ddp_spawn on CPU processes; on another accelerator pass "
+         "strategy='ddp_spawn' (or 'ddp') with that accelerator, or accelerator='cpu' to keep 'ddp_cpu'.",
+)
+
+
+class DDPCPUStrategy(DDPStrategy):
+    """``ddp_cpu``: :class:`DDPStrategy` started by spawn on CPU processes only (Lightning 1.x's ``DDP_CPU``)."""
+
+    supports: ClassVar[Supports] = DDP_CPU_SUPPORTS
+
+
+def ddp_cpu() -> DDPStrategy:
+    """``ddp_cpu``: the Lightning 1.x name (a legacy alias) for ``ddp_spawn`` with ``accelerator="cpu"``."""
+    return DDPCPUStrategy(start_method="spawn", name="ddp_cpu")
+
+
 def dp() -> DataParallelStrategy:
     """``dp``: ``torch.nn.DataParallel`` over several CUDA devices in one process."""
     return DataParallelStrategy()
 
 
 __all__ = [
+    "DDP_CPU_SUPPORTS",
     "JOB_VARIABLE",
     "START_METHODS",
     "CollectiveError",
     "CollectiveTimeoutError",
+    "DDPCPUStrategy",
     "DDPStrategy",
     "DataParallelStrategy",
     "PeerLostError",
     "ProcessFailedError",
     "RendezvousError",
     "ddp",
+    "ddp_cpu",
     "ddp_find_unused_parameters_true",
     "ddp_fork",
     "ddp_notebook",
