@@ -230,6 +230,9 @@ def tests(site: Path, python: str, out: Path, budget_s: float, dry_run: bool, en
         return outcome
     outcome.detail = junit_summary(out / "gpu-junit.xml")
     outcome.status = {None: "timed out", 0: "ok"}.get(status, "failed")
+    if outcome.status == "ok" and " 0 passed," in outcome.detail[0]:
+        outcome.status = "failed"  # every test skipped: this machine has no usable CUDA device
+        outcome.detail.insert(0, "no test ran: torch sees no CUDA device here")
     return outcome
 
 
