@@ -144,6 +144,8 @@ HEAVY_FILES = {
     "contrib/core-torchft/tests/test_torchft_replicas.py": 80.0,
     "contrib/core-diloco/tests/test_diloco_training.py": 60.0,
     "contrib/core-diloco/tests/test_diloco_conformance.py": 35.0,
+    "contrib/core-fairscale/tests/test_fairscale_training.py": 45.0,
+    "contrib/core-fairscale/tests/test_fairscale_conformance.py": 30.0,
     "plugins/core-ddp/tests/test_ddp_clean_exit.py": 45.0,
     "tests/test_gpu_check.py": 40.0,
     "plugins/core-slurm/tests/test_slurm_preemption.py": 110.0,

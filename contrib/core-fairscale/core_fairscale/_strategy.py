@@ -281,7 +281,8 @@ class DDPShardedStrategy(ParallelStrategy):
         """Drop the destroyed process group from the wrappers and optimizers the user may still hold.
 
         Held there, it would be freed during interpreter shutdown, where gloo's threads can abort the process.
-        The module keeps working for inference and its ``state_dict()``; the optimizers' state stays readable.
+        The wrapper is finished with, as ``ddp``'s is: its ``.module`` and its ``state_dict()`` keep working. An
+        optimizer takes the world group of the next run it is used in (:meth:`ShardedOptimizer.adopt_process_group`).
         """
         for wrapped in self._wrapped:
             wrapped.__dict__.pop("_process_group", None)
