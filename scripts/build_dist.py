@@ -2,6 +2,7 @@
 
     python scripts/build_dist.py --out dist . plugins/core-ddp ...    # what `make dist` runs (every distribution)
     python scripts/build_dist.py --out DIR --index-only                 # only rewrite DIR/simple from DIR's files
+    python scripts/build_dist.py --out DIR --upload-plan                # the twine commands of a release, in order
 
 Each distribution's sdist is built first and its wheel from the unpacked sdist, as `python -m build` does: a
 file missing from the sdist then fails the wheel here, not an install later. The builds use this environment's
@@ -34,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
 BUILT_SUFFIXES = (".whl", ".tar.gz")
@@ -129,10 +131,7 @@ def _page(title: str, body: str) -> str:
 
 def write_index(out: Path) -> Path:
     """DIR/simple/ for every wheel and sdist in `out` (rewritten whole); returns the index's root directory."""
-    files: dict[str, list[Path]] = defaultdict(list)
-    for path in sorted(out.iterdir()):
-        if path.is_file() and path.name.endswith(BUILT_SUFFIXES):
-            files[canonicalize_name(_project_name(path))].append(path)
+    files = _built(out)
     simple = out / "simple"
     shutil.rmtree(simple, ignore_errors=True)
     simple.mkdir()
@@ -157,6 +156,49 @@ def write_index(out: Path) -> Path:
     return simple
 
 
+def _built(out: Path) -> dict[str, list[Path]]:
+    """The wheels and sdists in `out` by normalized project name."""
+    files: dict[str, list[Path]] = defaultdict(list)
+    for path in sorted(out.iterdir()):
+        if path.is_file() and path.name.endswith(BUILT_SUFFIXES):
+            files[canonicalize_name(_project_name(path))].append(path)
+    return files
+
+
+def upload_order(requires: Mapping[str, Iterable[str]]) -> list[str]:
+    """Project names, each after every project it requires (among these): what PyPI must hold before it.
+
+    `requires` maps a name to its Requires-Dist lines; requirements of an extra (`extra == "test"`) do not count,
+    since installing the project does not need them. Ties go alphabetically, so the order is the same every time.
+    """
+    needs: dict[str, set[str]] = {}
+    for name, lines in requires.items():
+        wanted = set()
+        for line in lines:
+            requirement = Requirement(line)
+            if requirement.marker is not None and "extra" in str(requirement.marker):
+                continue
+            if canonicalize_name(requirement.name) in requires and canonicalize_name(requirement.name) != name:
+                wanted.add(canonicalize_name(requirement.name))
+        needs[name] = wanted
+    order: list[str] = []
+    while len(order) < len(needs):
+        ready = sorted(name for name, wanted in needs.items() if name not in order and wanted <= set(order))
+        if not ready:
+            cycle = sorted(name for name in needs if name not in order)
+            raise SystemExit(f"build_dist: these distributions require each other in a cycle: {', '.join(cycle)}")
+        order.append(ready[0])
+    return order
+
+
+def upload_plan(out: Path) -> list[list[str]]:
+    """`twine upload` commands for the files in `out`, one per distribution, in `upload_order`."""
+    files = _built(out)
+    requires = {name: _metadata(next(p for p in paths if p.name.endswith(".whl"))).get_all("Requires-Dist") or []
+                for name, paths in files.items()}
+    return [["twine", "upload", *(str(path) for path in files[name])] for name in upload_order(requires)]
+
+
 def _clean(out: Path) -> None:
     """Only what this script writes: earlier wheels and sdists (another version would linger) and the index."""
     if out.is_dir():
@@ -172,7 +214,13 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("dist"), help="where the files and simple/ go (dist)")
     parser.add_argument("--index-only", action="store_true", help="only rewrite OUT/simple from OUT's files")
     parser.add_argument("--jobs", type=int, default=2, help="builds at once (2)")
+    parser.add_argument("--upload-plan", action="store_true",
+                        help="print the twine upload commands for OUT's files, dependencies first; upload nothing")
     args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.upload_plan:
+        for command in upload_plan(args.out):
+            print(" ".join(command))
+        return 0
     if not args.index_only:
         missing = [str(source) for source in args.sources if not (source / "pyproject.toml").is_file()]
         if missing or not args.sources:

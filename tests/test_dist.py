@@ -6,14 +6,15 @@ the README's `pip install core-ddp core-tpu core-slurm` installs from that index
 ddp job selected by alias trains from a directory outside the clone. The last test uninstalls the three plugins,
 leaving core and its dependencies only, and checks that such a minimal install prints no warning.
 
-Where torch and the other third-party packages come from is pip's configuration, as for the user: our index is the
-`--index-url`, and pip's configured extra indexes and find-links stay in force (on this machine local mirrors, so the
-install works offline; with none configured, PyPI is added as the extra index). The torch pin is constraints.txt's.
+Our index is the `--index-url` and PyPI the `--extra-index-url`, as in the README; pip's configured extra indexes
+(local mirrors on this machine, listed before PyPI so that they serve what they hold) and find-links stay in force.
+The torch pin is constraints.txt's, so torch is the CPU build this machine's pip finds (not PyPI's CUDA build).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -21,6 +22,7 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -36,12 +38,15 @@ def _readme_usage_line() -> list[str]:
     return found[0].split()
 
 
-def _pip_has_extra_sources() -> bool:
-    """Whether pip is configured with an extra index or find-links (then those serve the third-party packages)."""
+def _extra_indexes() -> list[str]:
+    """pip's configured extra indexes (they would be replaced by the command line's), then PyPI."""
     listed = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True,
     ).stdout
-    return any(re.match(r"^[^=]*\.(extra-index-url|find-links)=", line) for line in listed.splitlines())
+    configured = [line.partition("=")[2].strip("'\"") for line in listed.splitlines()
+                  if re.match(r"^[^=]*\.extra-index-url=", line)]
+    indexes = [url for value in configured for url in value.split()]
+    return [*dict.fromkeys([*indexes, "https://pypi.org/simple"])]
 
 
 def _clean_env() -> dict[str, str]:
@@ -78,8 +83,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     python = base / "venv" / "bin" / "python"
     index = wheelhouse / "simple"
     command = [str(python), "-m", "pip", "install", "--index-url", index.as_uri(), "-c", str(ROOT / "constraints.txt")]
-    if not _pip_has_extra_sources():
-        command += ["--extra-index-url", "https://pypi.org/simple"]
+    for url in _extra_indexes():
+        command += ["--extra-index-url", url]
     away = base / "elsewhere"
     away.mkdir()
     installed = subprocess.run(
@@ -107,6 +112,34 @@ def test_twine_check_passes_for_the_built_files(venv: Venv) -> None:
                              capture_output=True, text=True, timeout=120)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.count("PASSED") == len(files) == 2 * (1 + len(_readme_usage_line()))
+
+
+def _build_dist() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("build_dist", ROOT / "scripts" / "build_dist.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_upload_plan_puts_every_distribution_after_those_it_requires(venv: Venv) -> None:
+    planned = subprocess.run(
+        [sys.executable, "scripts/build_dist.py", "--out", str(venv.index.parent), "--upload-plan"],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.splitlines()
+    assert len(planned) == 1 + len(_readme_usage_line())
+    core_files = [str(venv.index.parent / name) for name in ("core-0.1.0-py3-none-any.whl", "core-0.1.0.tar.gz")]
+    assert planned[0] == " ".join(["twine", "upload", *core_files])
+    order = _build_dist().upload_order({
+        "core": ["torch>=2.2"],
+        "core-pipeline": ["core>=0.1,<0.2", "core-model-parallel>=0.1"],
+        "core-model-parallel": ["core>=0.1", "core-dcp>=0.1", 'core-ddp>=0.1; extra == "test"'],
+        "core-dcp": ["core>=0.1"],
+        "core-ddp": ["Core>=0.1"],
+    })
+    assert order == ["core", "core-dcp", "core-ddp", "core-model-parallel", "core-pipeline"]
+    with pytest.raises(SystemExit, match="in a cycle: core-a, core-b"):
+        _build_dist().upload_order({"core-a": ["core-b"], "core-b": ["core-a"]})
 
 
 def test_the_usage_line_installs_the_built_wheels_not_the_clone(venv: Venv) -> None:
