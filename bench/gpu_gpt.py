@@ -587,7 +587,7 @@ def _free(device: torch.device) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu_gpt", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("bench-gpu-out"), help="where gpu-results.json/.md go")
-    parser.add_argument("--budget", type=float, default=190.0, help="seconds; enforced (default: %(default)s)")
+    parser.add_argument("--budget", type=float, default=180.0, help="seconds; enforced (default: %(default)s)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--tiny", action="store_true", help="a 2-layer model, 1 round: proves the code runs")
     parser.add_argument("--list", action="store_true", help="print the configurations and exit")
