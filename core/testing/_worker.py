@@ -255,7 +255,11 @@ def _counted_steps(lite: core.Lite) -> dict[str, Any]:
 
 
 class StepCounter:
-    """Counts calls of the optimizer's own ``step``, also through a wrapper or a subclass a strategy makes."""
+    """Counts the steps the optimizer's own ``step`` takes, also through a wrapper or a subclass a strategy makes.
+
+    A step without any non-zero gradient is not counted: engines take one with zero gradients to create the
+    optimizer's state (hivemind's averager, Horovod's ``broadcast_optimizer_state``), and it changes nothing.
+    """
 
     def __init__(self) -> None:
         self.steps = 0
@@ -263,7 +267,11 @@ class StepCounter:
 
         class CountingSGD(torch.optim.SGD):
             def step(self, closure: Any = None) -> Any:
-                counter.steps += 1
+                if any(
+                    parameter.grad is not None and bool(parameter.grad.detach().abs().sum() > 0)
+                    for group in self.param_groups for parameter in group["params"]
+                ):
+                    counter.steps += 1
                 return super().step(closure)
 
         self._optimizer_class = CountingSGD

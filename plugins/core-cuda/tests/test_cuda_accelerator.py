@@ -7,6 +7,7 @@ What is not covered here: nothing below runs on a GPU. ``torch.cuda.set_device``
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -123,10 +124,13 @@ def test_listed_under_both_aliases_and_check_gives_the_reason() -> None:
     assert any(line.split()[:3] == ["accelerator", "gpu", "core-cuda"] for line in listing.splitlines())
     checked = run_cli("--check", "--kind", "accelerator")
     assert checked.returncode == 0, checked.stderr
-    lines = [line for line in checked.stdout.splitlines() if "core-cuda" in line]
-    assert len(lines) == 2
-    assert all("unavailable: this torch build" in line and "has no CUDA support" in line for line in lines)
     assert "accelerator='auto' would pick: cpu (core)" in checked.stdout
+    checked = run_cli("--check", "--kind", "accelerator", "--json")
+    rows = [row for row in json.loads(checked.stdout)["plugins"] if row["distribution"] == "core-cuda"]
+    assert sorted(row["alias"] for row in rows) == ["cuda", "gpu"]
+    assert all(row["check"] == "unavailable" for row in rows)
+    for row in rows:
+        assert "this torch build" in row["check_reason"] and "has no CUDA support" in row["check_reason"]
 
 
 @pytest.mark.parametrize("alias", ["cuda", "gpu"])

@@ -6,6 +6,7 @@ statistics and ``torch.mps.empty_cache`` need macOS on Apple silicon.
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 import sys
@@ -43,13 +44,13 @@ def test_unavailable_reasons() -> None:
 
 def test_listed_and_check_gives_the_real_reason() -> None:
     checked = subprocess.run(
-        [sys.executable, "-m", "core.plugins", "--check", "--kind", "accelerator"],
+        [sys.executable, "-m", "core.plugins", "--check", "--kind", "accelerator", "--json"],
         capture_output=True, text=True, timeout=120,
     )
     assert checked.returncode == 0, checked.stderr
-    line = next(line for line in checked.stdout.splitlines() if "core-mps" in line)
-    expected = f"unavailable: MPS exists only on macOS with Apple silicon, and this machine runs {platform.system()}"
-    assert line.split()[:2] == ["accelerator", "mps"] and expected in line
+    row = next(row for row in json.loads(checked.stdout)["plugins"] if row["distribution"] == "core-mps")
+    expected = f"MPS exists only on macOS with Apple silicon, and this machine runs {platform.system()}"
+    assert (row["alias"], row["check"]) == ("mps", "unavailable") and expected in row["check_reason"]
 
 
 def test_selecting_it_here_is_a_clear_unavailable_error() -> None:

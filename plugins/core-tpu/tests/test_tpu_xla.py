@@ -8,6 +8,7 @@ say precisely why they cannot run, refuse every combination they declare against
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -59,14 +60,19 @@ def test_other_device_requests_are_refused_with_the_choices(devices: object) -> 
 
 def test_listed_and_check_gives_the_real_reason() -> None:
     checked = subprocess.run(
-        [sys.executable, "-m", "core.plugins", "--check"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "core.plugins", "--check", "--json"], capture_output=True, text=True, timeout=120
     )
     assert checked.returncode == 0, checked.stderr
-    rows = {tuple(line.split()[:3]): line for line in checked.stdout.splitlines() if "core-tpu" in line}
+    rows = {
+        (row["kind"], row["alias"], row["distribution"]): row
+        for row in json.loads(checked.stdout)["plugins"] if row["distribution"] == "core-tpu"
+    }
     assert set(rows) == {("accelerator", "tpu", "core-tpu"), ("strategy", "xla", "core-tpu"),
                          ("strategy", "single_xla", "core-tpu")}
-    assert "unavailable: torch_xla is not importable: pip install torch_xla" in rows[("accelerator", "tpu", "core-tpu")]
-    assert "No module named 'torch_xla'" in rows[("accelerator", "tpu", "core-tpu")]
+    tpu = rows[("accelerator", "tpu", "core-tpu")]
+    assert tpu["check"] == "unavailable"
+    assert "torch_xla is not importable: pip install torch_xla" in tpu["check_reason"]
+    assert "No module named 'torch_xla'" in tpu["check_reason"]
 
 
 def test_selecting_it_here_is_a_clear_unavailable_error() -> None:
