@@ -149,6 +149,7 @@ HEAVY_FILES = {
     "plugins/core-ddp/tests/test_ddp_clean_exit.py": 45.0,
     "tests/test_gpu_check.py": 40.0,
     "plugins/core-slurm/tests/test_slurm_preemption.py": 110.0,
+    "plugins/core-safetensors/tests/test_safetensors_layouts.py": 40.0,
 }
 DISTRIBUTED_TEST_COST = 3.0
 OTHER_TEST_COST = 0.05

@@ -33,8 +33,8 @@ from core import CheckpointError, ConfigurationError, hookimpl
 from core.toolkit import local_path
 from core.toolkit.checkpoint import atomic_torch_save, safe_torch_load, seal_directory, verify_directory
 
-from ._format import parse_size, tensor_ranges, weight_map
-from ._weights import WRITERS, check_weights, read_all, read_file_key, read_weights, write_weights
+from ._format import parse_size, read_layout, tensor_ranges, weight_map, write_layout
+from ._weights import WRITERS, check_weights, read_all, read_weights, write_weights
 
 if TYPE_CHECKING:
     from core import ActiveSet
@@ -160,7 +160,8 @@ class SafetensorsCheckpointIO:
         try:
             partial.mkdir()
             if key is not None:
-                write_weights(partial, weights, key, self.max_shard_size)
+                write_weights(partial, weights, self.max_shard_size)
+                write_layout(partial, key)
             if rest or key is None:
                 atomic_torch_save(rest, str(partial / STATE_FILE), checksum=self.checksums)
             self._finish(partial, target)
@@ -178,7 +179,9 @@ class SafetensorsCheckpointIO:
             partial.mkdir()
         self._barrier("safetensors checkpoint: prepare")
         if key is not None:
-            write_weights(partial, weights, key, self.max_shard_size, self.writers)
+            write_weights(partial, weights, self.max_shard_size, self.writers)
+            if rank == 0:
+                write_layout(partial, key)
         if holds_dtensors(rest):  # sharded optimizer state: every rank writes its part, in core-dcp's format
             DistributedCheckpointIO(checksums=self.checksums).checkpoint_io_save(
                 checkpoint=rest, path=str(partial / STATE_DIRECTORY), storage_options=None)
@@ -213,7 +216,7 @@ class SafetensorsCheckpointIO:
         mapping = weight_map(target, path)
         checkpoint: dict[str, Any] = {}
         if mapping is not None:
-            key = self.weights_key or read_file_key(target, mapping, path) or WEIGHTS_KEYS[0]
+            key = self.weights_key or read_layout(target, path) or WEIGHTS_KEYS[0]
             checkpoint[key] = read_all(target, mapping, path, device)
         if (target / STATE_DIRECTORY).is_dir():
             checkpoint.update(DistributedCheckpointIO(checksums=self.checksums).checkpoint_io_load(

@@ -28,8 +28,10 @@ WEIGHTS_NAME: Final = "model.safetensors"
 INDEX_NAME: Final = "model.safetensors.index.json"
 """The index of a sharded module's weights: which file holds each tensor."""
 
-METADATA_KEY: Final = "core_safetensors.key"
-"""In each weight file's ``__metadata__``: the checkpoint entry the weights came from (``"model"``)."""
+LAYOUT_FILE: Final = "core_safetensors.json"
+"""Beside the weights: ``{"weights_key": ...}``, the checkpoint entry they came from (``"model"``). Kept out of the
+files' ``__metadata__``, whose keys the library writes in no fixed order: the weight files of a state are the same
+bytes whatever layout or rank wrote them."""
 
 _SHARD_NAME: Final = re.compile(r"model-(\d{5})-of-(\d{5})\.safetensors")
 _UNITS: Final = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -90,6 +92,28 @@ def shard_file_names(count: int) -> list[str]:
 def index_document(weight_map: Mapping[str, str], total_size: int) -> dict[str, Any]:
     """The content of ``model.safetensors.index.json``."""
     return {"metadata": {"total_size": total_size}, "weight_map": dict(weight_map)}
+
+
+def write_layout(directory: Path, weights_key: str) -> None:
+    """Record in ``directory`` which checkpoint entry its weights came from."""
+    (directory / LAYOUT_FILE).write_text(json.dumps({"weights_key": weights_key}) + "\n", encoding="utf-8")
+
+
+def read_layout(directory: Path, where: str) -> str | None:
+    """The checkpoint entry the weights in ``directory`` came from; ``None`` for weights written elsewhere."""
+    path = directory / LAYOUT_FILE
+    if not path.is_file():
+        return None
+    try:
+        key = json.loads(path.read_text(encoding="utf-8"))["weights_key"]
+    except (ValueError, KeyError, TypeError):
+        key = None
+    if not isinstance(key, str):
+        raise CheckpointError(
+            f"The checkpoint {where!r} has a damaged {LAYOUT_FILE}: expected {{\"weights_key\": \"<entry>\"}}. "
+            f"Restore it from a copy, or delete it to load the weights under 'model'."
+        )
+    return key
 
 
 def weight_map(directory: Path, where: str) -> dict[str, str] | None:

@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tenso
 
 from core import CheckpointError, ConfigurationError
 
-from ._format import INDEX_NAME, METADATA_KEY, index_document, plan_shards, read_header, shard_file_names, weight_map
+from ._format import INDEX_NAME, index_document, plan_shards, read_header, shard_file_names, weight_map
 
 WRITERS: Final = ("all", "rank0")
 _SHOWN: Final = 8
@@ -52,9 +52,9 @@ def _writable(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return writable
 
 
-def _write_file(path: Path, tensors: Mapping[str, torch.Tensor], key: str) -> None:
+def _write_file(path: Path, tensors: Mapping[str, torch.Tensor]) -> None:
     try:
-        save_file(_writable(tensors), str(path), metadata={"format": "pt", METADATA_KEY: key})
+        save_file(_writable(tensors), str(path), metadata={"format": "pt"})
     except (SafetensorError, ValueError, TypeError) as error:
         raise CheckpointError(
             f"Writing the weights file {str(path)!r} failed: {type(error).__name__}: {error}"
@@ -85,7 +85,7 @@ def check_weights(weights: Mapping[str, Any], key: str) -> dict[str, torch.Tenso
     return dict(weights)
 
 
-def write_weights(directory: Path, weights: Mapping[str, torch.Tensor], key: str, max_shard_size: int | None,
+def write_weights(directory: Path, weights: Mapping[str, torch.Tensor], max_shard_size: int | None,
                   writers: str = "all") -> None:
     """Write the weights into ``directory`` (which exists) as Hugging Face's files.
 
@@ -107,13 +107,13 @@ def write_weights(directory: Path, weights: Mapping[str, torch.Tensor], key: str
                 mine.setdefault(file_name, {})[name] = whole
             del whole
     for file_name, tensors in mine.items():
-        _write_file(directory / file_name, tensors, key)
+        _write_file(directory / file_name, tensors)
         tensors.clear()
     if len(files) > 1 and rank == 0:
         mapping = {name: file_name for file_name, names in zip(files, groups, strict=True) for name in names}
         total = sum(_global_nbytes(value) for value in weights.values())
         index_path = directory / INDEX_NAME
-        index_path.write_text(json.dumps(index_document(mapping, total), indent=2, sort_keys=True) + "\n",
+        index_path.write_text(json.dumps(index_document(mapping, total), indent=2) + "\n",
                               encoding="utf-8")
 
 
@@ -143,22 +143,9 @@ def _unreadable(path: Path, where: str, error: BaseException) -> CheckpointError
     )
 
 
-def read_file_key(directory: Path, mapping: Mapping[str, str], where: str) -> str | None:
-    """The checkpoint entry the weights were saved from (``None`` for files written outside this project)."""
-    if not mapping:
-        return None
-    first = directory / next(iter(mapping.values()))
-    try:
-        with safe_open(str(first), framework="pt") as handle:
-            metadata = handle.metadata() or {}
-    except (SafetensorError, OSError) as error:
-        raise _unreadable(first, where, error) from None
-    key = metadata.get(METADATA_KEY)
-    return key if isinstance(key, str) else None
-
-
 def read_all(directory: Path, mapping: Mapping[str, str], where: str, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """Every tensor of the weights, whole, in the index's order (the file's order for one file)."""
+    """Every tensor of the weights, whole, in the index's order (the state dict's order when this project wrote it;
+    the header's for one file)."""
     weights: dict[str, torch.Tensor] = {}
     with _opened(directory, mapping, where, device) as handle_of:
         for name in mapping:
