@@ -20,21 +20,21 @@ pip=("$venv/bin/python" -m pip)
 # reading; only that notice is silenced, by its message. The editable installs build with the venv's setuptools
 # (the build-system's requirement, installed first): an isolated build environment per distribution cost about
 # 95 s of the setup for 22 distributions.
-install_editable() {
-    local editable=()
-    for dist in "$@"; do editable+=(-e "$dist"); done
+pip_install() {
     PYTHONWARNINGS="ignore:Editable installation" \
-        "${pip[@]}" install --quiet --no-build-isolation -c constraints.txt "${editable[@]}"
+        "${pip[@]}" install --quiet --no-build-isolation -c constraints.txt "$@"
 }
+editable=()
+for dist in "$@"; do editable+=(-e "$dist"); done
 
 case $part in
 demo)
     test -x "$venv/bin/python" || "$python" -m venv "$venv"
-    "${pip[@]}" install --quiet --upgrade pip
-    # torch first, from the pin in constraints.txt: an unpinned resolve would pull CUDA wheels.
-    "${pip[@]}" install --quiet -c constraints.txt torch
-    "${pip[@]}" install --quiet -c constraints.txt 'setuptools>=77'
-    install_editable '.[examples]' "$@"
+    # The build backend first: the editable installs below build with the venv's setuptools.
+    "${pip[@]}" install --quiet --upgrade pip 'setuptools>=77'
+    # torch from the pin in constraints.txt (an unpinned resolve would pull CUDA wheels), in the same resolve as the
+    # rest: one pip run costs a few seconds of index reading on its own.
+    pip_install torch -e '.[examples]' "${editable[@]}"
     ;;
 all)
     system_log=$(mktemp -t core-system-deps.XXXXXX)
@@ -60,7 +60,7 @@ all)
     }
     trap finish EXIT
     # Core again (editable, a few seconds) for its extras; the plugins from `demo` stay as they are.
-    install_editable '.[examples,test]' "$@"
+    pip_install -e '.[examples,test]' "${editable[@]}"
     # Horovod has no wheel for torch 2.x: core-horovod builds its sdist once (C++17, -O1) and caches the wheel.
     if [ -d contrib/core-horovod ]; then "$venv/bin/python" -m core_horovod.install --if-missing; fi
     ;;
