@@ -5,13 +5,15 @@
 same under ``L.pytorch``) hold the classes that play the parts of Lightning's. Strategy classes come from
 their plugin distributions and are imported only when touched. A Lightning name that core does not provide
 raises :class:`UnsupportedLightningName` saying what to use instead; docs/migrating-from-lightning.md lists
-every name.
+every name. Every module path of Lightning 2.6 imports under ``core.lightning`` (or refuses the import with
+that error): see core/lightning/_finder.py.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from core.lightning import _finder
 from core.lightning._names import Target, UnsupportedLightningName, namespace_getattr
 
 if TYPE_CHECKING:
@@ -33,6 +35,10 @@ TOP_LEVEL: Final = {
 """``lightning``'s own ``__all__`` (without ``__version__``), and where each name lives here."""
 
 __getattr__ = namespace_getattr(__name__, TOP_LEVEL, submodules=("fabric", "pytorch"))
+
+# Every other module path of Lightning 2.6 (core.lightning.pytorch.utilities.model_helpers, ...) comes from
+# the finder over the checked-in table of Lightning's tree (core/lightning/_tree.py).
+_finder.install()
 
 __all__ = [
     "Callback",

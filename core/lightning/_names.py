@@ -22,11 +22,26 @@ import attrs
 
 from core._errors import CoreError
 
-__all__ = ["Target", "Unsupported", "UnsupportedLightningName", "namespace_getattr", "resolve_name"]
+__all__ = [
+    "Target",
+    "UnknownLightningName",
+    "Unsupported",
+    "UnsupportedLightningName",
+    "namespace_getattr",
+    "resolve_name",
+]
 
 
 class UnsupportedLightningName(CoreError):
     """A Lightning name that ``core.lightning`` does not provide; the message says what to use instead."""
+
+
+class UnknownLightningName(UnsupportedLightningName, AttributeError):
+    """A name that is not Lightning's at all in that module (a typo, or another library's name).
+
+    Also an ``AttributeError``, so that ``hasattr``/``getattr(module, name, default)`` in tools that probe modules
+    (jsonargparse looks for the shortest import path of a class) get False/the default, as for any module.
+    """
 
 
 @attrs.frozen
@@ -58,7 +73,7 @@ def resolve_name(namespace: str, name: str, table: Mapping[str, Entry]) -> Any:
     if entry is None:
         close = difflib.get_close_matches(name, sorted(table), n=3, cutoff=0.6)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise UnsupportedLightningName(
+        raise UnknownLightningName(
             f"{namespace}.{name} is not a Lightning name that core.lightning knows.{hint} "
             f"{namespace} provides: {', '.join(sorted(n for n, e in table.items() if isinstance(e, Target)))}. "
             "See docs/migrating-from-lightning.md."
@@ -84,16 +99,43 @@ def resolve_name(namespace: str, name: str, table: Mapping[str, Entry]) -> Any:
         ) from None
 
 
+def _tree_name(namespace: str) -> str | None:
+    """``pytorch.callbacks`` for ``core.lightning.pytorch.callbacks``; None outside Lightning's tree."""
+    prefix = "core.lightning."
+    return namespace[len(prefix):] if namespace.startswith(prefix) else None
+
+
 def namespace_getattr(
     namespace: str, table: Mapping[str, Entry], submodules: tuple[str, ...] = ()
 ) -> Callable[[str], Any]:
-    """A module ``__getattr__`` answering ``table``'s names, and importing the listed ``submodules``."""
+    """A module ``__getattr__`` answering ``table``'s names, and importing the listed ``submodules``.
+
+    Under ``core.lightning.fabric`` and ``core.lightning.pytorch`` it also answers the names and submodules
+    Lightning's module of that path has (core/lightning/_tree_map.py), and ``__path__``, so that
+    ``import core.lightning.pytorch.callbacks.early_stopping`` reaches the finder of core/lightning/_finder.py.
+    """
+    tree = _tree_name(namespace)
+
+    def _merged() -> tuple[dict[str, Entry], tuple[str, ...]]:
+        if tree is None:
+            return dict(table), submodules
+        from core.lightning import _tree_map
+
+        return {**_tree_map.table(tree), **table}, (*submodules, *_tree_map.children(tree))
 
     def __getattr__(name: str) -> Any:
-        if name.startswith("_"):
+        entries, children = _merged()
+        if name == "__path__" and tree is not None:
+            return []
+        if name.startswith("_") and name not in entries:
             raise AttributeError(f"module {namespace!r} has no attribute {name!r}")
-        if name in submodules:
+        if name in children:
             return importlib.import_module(f"{namespace}.{name}")
-        return resolve_name(namespace, name, table)
+        entry = entries.get(name)
+        if isinstance(entry, Target) and entry.module == namespace:  # the module's own file lacks the name
+            raise UnsupportedLightningName(
+                f"{namespace}.{name} is listed but not defined in {namespace}: pip install --upgrade core"
+            )
+        return resolve_name(namespace, name, entries)
 
     return __getattr__

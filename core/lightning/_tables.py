@@ -26,8 +26,9 @@ STRATEGIES: Final[dict[str, Entry]] = {
     "XLAStrategy": Target("core_tpu", "XLAStrategy", "core-tpu"),
     "SingleTPUStrategy": Target("core_tpu", "SingleXLAStrategy", "core-tpu"),
     "SingleDeviceXLAStrategy": Target("core_tpu", "SingleXLAStrategy", "core-tpu"),
-    "Strategy": Unsupported("there is no strategy base class.", _PLUGIN_CLASS),
-    "ParallelStrategy": Unsupported("there is no strategy base class.", _PLUGIN_CLASS),
+    # Annotation-only: isinstance() works on core's strategy plugins, subclassing raises the advice (_bases.py).
+    "Strategy": Target("core.lightning._bases", "Strategy"),
+    "ParallelStrategy": Target("core.lightning._bases", "ParallelStrategy"),
     "XLAFSDPStrategy": Unsupported(
         "FSDP on XLA devices is not implemented by core-tpu.", "strategy='xla' (data parallel on TPUs)."
     ),
@@ -41,10 +42,7 @@ ENVIRONMENTS: Final[dict[str, Entry]] = {
     "MPIEnvironment": Target("core_mpi", "MPIEnvironment", "core-mpi"),
     "LSFEnvironment": Target("core_lsf", "LSFEnvironment", "core-lsf"),
     "KubeflowEnvironment": Target("core_kubeflow", "KubeflowEnvironment", "core-kubeflow"),
-    "ClusterEnvironment": Unsupported(
-        "there is no environment base class.",
-        "write a class with @core.hookimpl environment_* methods (python -m core.plugins new environment mine).",
-    ),
+    "ClusterEnvironment": Target("core.lightning._bases", "ClusterEnvironment"),
     "XLAEnvironment": Unsupported(
         "core-tpu reads the XLA runtime itself.", "accelerator='tpu' (pip install core-tpu)."
     ),
@@ -56,10 +54,7 @@ ACCELERATORS: Final[dict[str, Entry]] = {
     "CUDAAccelerator": Target("core_cuda", "CUDAAccelerator", "core-cuda"),
     "MPSAccelerator": Target("core_mps", "MPSAccelerator", "core-mps"),
     "XLAAccelerator": Target("core_tpu", "TPUAccelerator", "core-tpu"),
-    "Accelerator": Unsupported(
-        "there is no accelerator base class.",
-        "write a class with @core.hookimpl accelerator_* methods (python -m core.plugins new accelerator mine).",
-    ),
+    "Accelerator": Target("core.lightning._bases", "Accelerator"),
 }
 """``lightning.fabric.accelerators`` and ``lightning.pytorch.accelerators``."""
 
@@ -140,12 +135,15 @@ _ALIASES: Final = (
 )
 
 PLUGINS: Final[dict[str, Entry]] = {
-    name: Unsupported("plugins are chosen by alias, not constructed.", _ALIASES)
-    for name in (
-        "Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision", "BitsandbytesPrecision",
-        "TransformerEnginePrecision", "CheckpointIO", "TorchCheckpointIO", "AsyncCheckpointIO",
-        "XLACheckpointIO", "ClusterEnvironment",
-    )
+    **{
+        name: Unsupported("plugins are chosen by alias, not constructed.", _ALIASES)
+        for name in (
+            "Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision", "BitsandbytesPrecision",
+            "TransformerEnginePrecision", "CheckpointIO", "TorchCheckpointIO", "AsyncCheckpointIO",
+            "XLACheckpointIO",
+        )
+    },
+    "ClusterEnvironment": Target("core.lightning._bases", "ClusterEnvironment"),
 }
 """``lightning.fabric.plugins`` and ``lightning.pytorch.plugins`` (their ``environments`` submodule aside)."""
 
