@@ -1,8 +1,10 @@
 """On a real CUDA device: the ``async`` checkpoint_io saving device tensors.
 
-The save must copy the state off the device without holding the training loop for the whole copy (a pinned host
-buffer filled by an asynchronous copy, written by the background thread): the time a save call blocks is compared
-with the time a plain synchronous copy of the whole state to host memory takes, measured here. The file must hold
+The save must copy the state off the device without holding the training loop for the whole copy (pinned host
+buffers, allocated by the first save and reused, filled by asynchronous copies ordered on the device's stream, and
+written by the background thread): a save call in steady state must block for less than half of what a plain
+synchronous copy of the whole state to host memory takes, measured here (a save that makes that plain copy itself
+blocks for about as long as the copy, so the margin separates the two whatever the noise). The file must hold
 the values of the moment of the save even though the loop changes the device tensors in place right after the call
 returns. Marked ``gpu``: skipped with its reason where torch sees no CUDA device. (The ``distributed`` round trip on
 the device is in test_gpu_strategies.py, inside its NCCL job.)
@@ -73,7 +75,7 @@ def test_async_save_from_device_blocks_less_than_a_whole_copy_and_saves_the_valu
     steady = statistics.median(blocked[1:])  # the first save may allocate its pinned buffers
     samples = [round(seconds * 1e3, 1) for seconds in blocked]
     megabytes = TENSORS * ELEMENTS * 4 / 2**20
-    assert steady < copy_s, (f"an async save blocked {steady * 1e3:.1f} ms (samples {samples} ms); a plain copy of "
+    assert steady < 0.5 * copy_s, (f"an async save blocked {steady * 1e3:.1f} ms (samples {samples} ms); a plain copy of "
                              f"the whole {megabytes:.0f} MiB state takes {copy_s * 1e3:.1f} ms")
 
 

@@ -37,7 +37,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("strategies") / "cases.json"
     environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
     finished = subprocess.run([sys.executable, str(JOB), str(out), "cuda"], capture_output=True, text=True,
-                              timeout=240, env=environment)
+                              timeout=130, env=environment)  # under pytest-timeout's 140 s
     assert out.exists(), finished.stdout[-3000:] + finished.stderr[-3000:]
     cases: dict[str, Any] = json.loads(out.read_text())
     return cases
