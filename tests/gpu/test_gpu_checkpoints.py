@@ -75,8 +75,8 @@ def test_async_save_from_device_blocks_less_than_a_whole_copy_and_saves_the_valu
     steady = statistics.median(blocked[1:])  # the first save may allocate its pinned buffers
     samples = [round(seconds * 1e3, 1) for seconds in blocked]
     megabytes = TENSORS * ELEMENTS * 4 / 2**20
-    assert steady < 0.5 * copy_s, (f"an async save blocked {steady * 1e3:.1f} ms (samples {samples} ms); a plain copy of "
-                             f"the whole {megabytes:.0f} MiB state takes {copy_s * 1e3:.1f} ms")
+    assert steady < 0.5 * copy_s, (f"an async save blocked {steady * 1e3:.1f} ms (samples {samples} ms); a plain "
+                                   f"copy of the whole {megabytes:.0f} MiB state takes {copy_s * 1e3:.1f} ms")
 
 
 def test_lite_async_checkpoint_of_a_cuda_model_round_trips(tmp_path: Path) -> None:
