@@ -26,6 +26,7 @@ BENCHMARKS = {
     "memory": ("bench.memory", 24, 1),
     "gpt": ("bench.gpt", 20, 3),
     "disk": ("bench.disk", 1024, 8),
+    "safetensors_io": ("bench.safetensors_io", 512, 8),
     "diloco": ("bench.diloco", 20, 5),
 }
 
