@@ -128,14 +128,17 @@ GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
 gpu-check:
 	$(GPU_PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
-# The pure-Python wheels the GPU image lacks, for its Python 3.12: importlib-metadata (core's metadata reader) with
-# zipp, and setuptools (>= 77 reads the root pyproject's license string), used only to build the working tree there.
-# Everything else core and the checks import is in that image (xxhash, pluggy, attrs, packaging, pytest, hypothesis,
-# psutil, scikit-learn, lightning, accelerate). Ignored by git; carried with `carry: [".gpu-wheels"]`.
+# The wheels the GPU image lacks, for its Python 3.12: importlib-metadata (core's metadata reader) with zipp, xxhash
+# (the image has one, of a version nobody has read; core needs >= 3.0, and a cp312 manylinux wheel exists), and
+# setuptools (>= 77 reads the root pyproject's license string), used only to build the working tree there. Everything
+# else core and the checks import is in that image (pluggy, attrs, packaging, pytest, pytest-xdist, pytest-timeout,
+# hypothesis, psutil, scikit-learn, lightning, accelerate); the install phase checks every requirement's version.
+# Ignored by git; carried with `carry: [".gpu-wheels"]` (about 1.4 MB).
 GPU_WHEELS := .gpu-wheels
-GPU_WHEEL_PINS ?= importlib-metadata==9.1.0 zipp==4.1.2 setuptools==84.2.1
+GPU_WHEEL_PINS ?= importlib-metadata==9.1.0 zipp==4.1.2 xxhash==4.1.0 setuptools==84.2.1
 gpu-wheels:
 	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
 	$(GPU_PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform any -d $(GPU_WHEELS) $(GPU_WHEEL_PINS)
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		--platform any -d $(GPU_WHEELS) $(GPU_WHEEL_PINS)
 	ls -l $(GPU_WHEELS)

@@ -171,10 +171,22 @@ print(json.dumps(report))
 """
 
 
+def for_this_interpreter(wheels: list[Path]) -> tuple[list[Path], list[Path]]:
+    """The wheels this interpreter can install, and the others (judged by their file names' tags)."""
+    from packaging.tags import sys_tags
+    from packaging.utils import parse_wheel_filename
+
+    supported = set(sys_tags())
+    fitting = [wheel for wheel in wheels if parse_wheel_filename(wheel.name)[3] & supported]
+    return fitting, [wheel for wheel in wheels if wheel not in fitting]
+
+
 def install(site: Path, build: Path, python: str, log: Path, budget_s: float, dry_run: bool) -> Outcome:
     outcome = Outcome("install")
     deadline = time.perf_counter() + budget_s
-    wheels = sorted(WHEELS.glob("*.whl")) if WHEELS.is_dir() else []
+    wheels, foreign = for_this_interpreter(sorted(WHEELS.glob("*.whl")) if WHEELS.is_dir() else [])
+    if foreign:  # .gpu-wheels holds cp312 builds; a dry run on another Python leaves them out
+        outcome.detail.append("left out, not for this interpreter: " + ", ".join(wheel.name for wheel in foreign))
     backend = [wheel for wheel in wheels if wheel.name.startswith("setuptools-")]
     runtime = [wheel for wheel in wheels if wheel not in backend]
     pip = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-compile", "--upgrade",
