@@ -12,8 +12,8 @@ Hooks and what each adds:
   rank, so all groups start equal), then wrap the same module again over the ``inner`` group only.
 - ``strategy_setup_optimizer``: give the optimizer an :class:`OuterSync`, driven by its step hooks.
 - ``strategy_save_state`` / ``strategy_save_checkpoint`` / ``strategy_load_checkpoint``: finish a synchronisation
-  in flight; write every group's state (their parameters and inner optimizers differ between synchronisations)
-  and give each group its own back on load.
+  in flight; gather every group's state to the writing rank (their parameters and inner optimizers differ between
+  synchronisations) and give each group its own back on load.
 - ``strategy_teardown``: finish what is in flight, unhook, and drop the mesh's groups.
 """
 
@@ -203,18 +203,21 @@ class DiLoCoExtension:
 
     @hookimpl(wrapper=True)
     def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> Generator[None, None, None]:
-        if self.mesh is not None and self.mesh.size(0) > 1:
-            # Between synchronisations each group has its own parameters and inner optimizer state. The writing
-            # rank's group is the checkpoint itself; the others ride along under CHECKPOINT_KEY.
+        if self.mesh is not None and self.mesh.size(0) > 1 and self.mesh.get_local_rank("inner") == 0:
+            # Between synchronisations each group has its own parameters and inner optimizer state. Global rank 0
+            # writes (the ddp family's rule): its group is the checkpoint itself, and the first rank of every other
+            # group sends it its state to ride along under CHECKPOINT_KEY. The other ranks of a group hold the
+            # same state as its first (ddp inside the group) and take no part.
             mine = {key: value for key, value in state.items() if key != CHECKPOINT_KEY}
-            everyone: list[Any] = [None] * self.mesh.size(0)
-            dist.all_gather_object(everyone, mine, group=self.replica_group)
-            state[CHECKPOINT_KEY] = {
-                "group": self.replica_index,
-                "groups": {
-                    str(index): entries for index, entries in enumerate(everyone) if index != self.replica_index
-                },
-            }
+            writer = self.replica_index == 0
+            everyone: list[Any] | None = [None] * self.mesh.size(0) if writer else None
+            dist.gather_object(mine, everyone, dst=dist.get_global_rank(self.replica_group, 0),
+                               group=self.replica_group)
+            if everyone is not None:
+                state[CHECKPOINT_KEY] = {
+                    "group": 0,
+                    "groups": {str(index): entries for index, entries in enumerate(everyone) if index},
+                }
         return (yield)
 
     @hookimpl(wrapper=True)
@@ -245,6 +248,7 @@ class DiLoCoExtension:
                 sync.finish()
             sync.in_flight = None
             sync.detach()
+        self.syncs = []  # their copies of the parameters are the size of the model
         result = yield
         if self.mesh is not None:
             forget_mesh_groups(self.mesh)

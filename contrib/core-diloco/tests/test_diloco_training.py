@@ -80,6 +80,11 @@ def test_h4_trains_the_gpt_within_the_loss_gap_of_ddp(reports: dict[int, dict[st
         assert gap <= LOSS_GAP, f"rank {rank}: DiLoCo ended {gap:.3f} above ddp"
         # After the last synchronisation (48 is a multiple of H) every rank of every group holds the same model.
         assert len(set(gpt["checksums"])) == 1, gpt["checksums"]
+        # Two steps after a synchronisation the ranks of a group agree (ddp inside it) and the groups do not.
+        between = gpt["checksums_between_syncs"]
+        inner = len(between) // 2
+        assert len(set(between[:inner])) == 1 and len(set(between[inner:])) == 1, between
+        assert between[0] != between[inner], between
 
 
 @pytest.mark.timeout(300)

@@ -106,7 +106,17 @@ def flat(module: torch.nn.Module) -> torch.Tensor:
     return torch.cat([parameter.detach().reshape(-1) for parameter in module.parameters()])
 
 
-def train_gpt(lite: core.Lite, rank: int, steps: int, seed: int) -> tuple[list[float], float, torch.nn.Module]:
+def checksums(lite: core.Lite, model: torch.nn.Module) -> list[float]:
+    """Every rank's sum of its parameters (float64), in global rank order."""
+    sums = [torch.zeros((), dtype=torch.float64) for _ in range(lite.world_size)]
+    dist.all_gather(sums, flat(model).double().sum())
+    return [float(value) for value in sums]
+
+
+def train_gpt(
+    lite: core.Lite, rank: int, steps: int, seed: int, probe: list[float] | None = None
+) -> tuple[list[float], float, torch.nn.Module]:
+    """Train a fresh GPT; ``probe`` gets every rank's checksum after step ``steps - 2`` (between synchronisations)."""
     model = gpt()
     module, optimizer = lite.setup(model, torch.optim.AdamW(model.parameters(), lr=3e-3))
     losses = []
@@ -116,6 +126,8 @@ def train_gpt(lite: core.Lite, rank: int, steps: int, seed: int) -> tuple[list[f
         optimizer.step()
         optimizer.zero_grad()
         losses.append(float(loss.detach()))
+        if probe is not None and step == steps - 3:
+            probe += checksums(lite, model)
     with torch.no_grad():
         evaluation = float(lm_loss(model, bigram_tokens(999_999, 64)))
     return losses, evaluation, model
@@ -180,17 +192,15 @@ def gpt_phase(lite: core.Lite, extension: DiLoCoExtension, counter: Bytes, rank:
                                      outer_momentum=0.9)
     before = extension.traffic.bytes
     counter.take(extension.replica_group)
-    losses, evaluation, model = train_gpt(lite, rank, GPT_STEPS, seed=1)
+    between: list[float] = []
+    losses, evaluation, model = train_gpt(lite, rank, GPT_STEPS, seed=1, probe=between)
     counted = counter.take(extension.replica_group)
     ddp_losses, ddp_evaluation, ddp_bytes = ddp_gpt(rank, GPT_STEPS, seed=1)
-    checksum = flat(model).double().sum()
-    sums = [torch.zeros((), dtype=torch.float64) for _ in range(lite.world_size)]
-    dist.all_gather(sums, checksum)
     return {
         "losses": losses, "evaluation": evaluation, "ddp_losses": ddp_losses, "ddp_evaluation": ddp_evaluation,
         "diloco_bytes": extension.traffic.bytes - before, "counted_bytes": counted, "ddp_bytes": ddp_bytes,
         "steps": GPT_STEPS, "parameter_bytes": flat(model).numel() * 4,
-        "checksums": [float(value) for value in sums],
+        "checksums": checksums(lite, model), "checksums_between_syncs": between,
     }
 
 
