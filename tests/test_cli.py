@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,27 @@ def test_class_paths_for_model_data_optimizer_and_lr_scheduler() -> None:
     assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["lr"] == 0.05
     assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and scheduler.step_size == 3
     assert scheduler.optimizer is optimizer
-    assert (cli.trainer is not None and not hasattr(cli, "subcommand")) or cli.subcommand is None
+    assert cli.subcommand is None  # run=False: built, not run
+
+
+def test_logger_and_callbacks_by_class_path_in_a_config_file(tmp_path: Path) -> None:
+    from core.lightning.pytorch.cli import LightningCLI
+
+    (tmp_path / "run.yaml").write_text(textwrap.dedent("""
+        seed_everything: 3
+        trainer:
+          logger:
+            class_path: core.lightning.pytorch.loggers.CSVLogger
+            init_args: {save_dir: csv}
+          callbacks:
+            - class_path: EarlyStopping
+              init_args: {monitor: val_loss, patience: 5}
+    """))
+    cli = LightningCLI(Regressor, BoringDataModule, run=False, args=["--config", "run.yaml"])
+    logger = cli.trainer.logger
+    assert isinstance(logger, core.loggers.CSVLogger) and logger.name == "lightning_logs"  # Lightning's class
+    stopping = cli.trainer.early_stopping_callback
+    assert stopping is not None and stopping.monitor == "val_loss" and stopping.patience == 5
 
 
 def test_save_config_callback_refuses_to_overwrite_and_can_be_turned_off(tmp_path: Path) -> None:

@@ -219,7 +219,11 @@ class SaveConfigCallback(Callback):
             if log_dir is None:
                 raise SaveConfigError("SaveConfigCallback needs trainer.log_dir, which is None; set default_root_dir.")
             config_path = os.path.join(log_dir, self.config_filename)
-            if not self.overwrite and os.path.isfile(config_path):
+            # Rank zero looks and tells the others, so that no rank sees the file rank zero has just written.
+            exists = os.path.isfile(config_path) if trainer.is_global_zero else False
+            if trainer.world_size > 1:
+                exists = trainer.lite.broadcast(exists)
+            if not self.overwrite and exists:
                 raise SaveConfigError(
                     f"SaveConfigCallback would overwrite {config_path}, the configuration of an earlier run. "
                     "Delete it, give the run another directory or version, pass save_config_callback=None to "
