@@ -135,8 +135,7 @@ def _kill_session(process: subprocess.Popen[str]) -> None:
 def environment(site: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment with ``site`` first on ``PYTHONPATH`` (the machine's site-packages stay behind it)."""
     path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning",
-            **(extra or {})}
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 
 # --------------------------------------------------------------------------------------------------- the phases
@@ -228,12 +227,12 @@ def install(site: Path, build: Path, python: str, log: Path, budget_s: float, dr
 def tests(site: Path, python: str, out: Path, budget_s: float, dry_run: bool, env: dict[str, str]) -> Outcome:
     outcome = Outcome("tests")
     log = out / "gpu-tests.log"
-    command = [python, "-m", "pytest", "-m", "gpu", *GPU_TESTS]
+    # pytest-timeout's --timeout and pytest-xdist's --dist are named in the dry run too, so it proves they are there.
+    command = [python, "-m", "pytest", "-m", "gpu", *GPU_TESTS, "--timeout=140", "--dist", "loadfile"]
     if dry_run:
-        command += ["--collect-only", "-q"]
+        command += ["--collect-only", "-q", "-n", "0"]
     else:
-        command += ["-q", "-rA", "--durations=0", f"--junitxml={out / 'gpu-junit.xml'}", "--timeout=140",
-                    "-n", str(TEST_WORKERS), "--dist", "loadfile"]
+        command += ["-q", "-rA", "--durations=0", f"--junitxml={out / 'gpu-junit.xml'}", "-n", str(TEST_WORKERS)]
     status, outcome.seconds = run_phase(command, env, budget_s, log)
     if dry_run:
         collected = [line for line in log.read_text().splitlines() if "::" in line and not line.startswith("$")]
@@ -291,12 +290,11 @@ def bench(python: str, out: Path, budget_s: float, dry_run: bool, env: dict[str,
 # ---------------------------------------------------------------------------------------------------- reporting
 
 
-def write_summary(out: Path, outcomes: list[Outcome], dry_run: bool, started: float) -> None:
+def write_summary(out: Path, outcomes: list[Outcome], dry_run: bool, started: float, budgets: dict[str, float]) -> None:
     lines = [f"# GPU check{' (dry run)' if dry_run else ''}", "",
              f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", f"- python: {sys.executable} {sys.version.split()[0]}",
              f"- wall time so far: {time.perf_counter() - started:.0f} s (plan {planned_total():.0f} s, limit "
              f"{LIMIT_S:.0f} s)", "", "| phase | status | seconds | budget |", "|---|---|---:|---:|"]
-    budgets = {phase.name: phase.budget_s for phase in PLAN}
     lines += [f"| {o.name} | {o.status} | {o.seconds:.1f} | {budgets[o.name]:.0f} |" for o in outcomes]
     for outcome in outcomes:
         if outcome.detail:
@@ -329,17 +327,17 @@ def main(argv: list[str] | None = None) -> int:
     budgets = {phase.name: max(phase.budget_s, DRY_RUN_BUDGET_S) if args.dry_run else phase.budget_s * args.budget_scale
                for phase in PLAN}
     outcomes = [install(site, build, args.python, out / "gpu-install.log", budgets["install"], args.dry_run)]
-    write_summary(out, outcomes, args.dry_run, started)
+    write_summary(out, outcomes, args.dry_run, started, budgets)
     try:
         if outcomes[0].status == "ok":
             env = environment(site, {"TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor")})
             selected = [name for name in args.only.split(",") if name]
             if "tests" in selected:
                 outcomes.append(tests(site, args.python, out, budgets["tests"], args.dry_run, env))
-                write_summary(out, outcomes, args.dry_run, started)
+                write_summary(out, outcomes, args.dry_run, started, budgets)
             if "bench" in selected:
                 outcomes.append(bench(args.python, out, budgets["bench"], args.dry_run, env))
-                write_summary(out, outcomes, args.dry_run, started)
+                write_summary(out, outcomes, args.dry_run, started, budgets)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"\n{(out / 'gpu-check-summary.md').read_text()}", flush=True)
