@@ -68,7 +68,7 @@ def test_listed_and_check_gives_the_real_reason() -> None:
         for row in json.loads(checked.stdout)["plugins"] if row["distribution"] == "core-tpu"
     }
     assert set(rows) == {("accelerator", "tpu", "core-tpu"), ("strategy", "xla", "core-tpu"),
-                         ("strategy", "single_xla", "core-tpu")}
+                         ("strategy", "single_xla", "core-tpu"), ("strategy", "tpu_spawn", "core-tpu")}
     tpu = rows[("accelerator", "tpu", "core-tpu")]
     assert tpu["check"] == "unavailable"
     assert "torch_xla is not importable: pip install torch_xla" in tpu["check_reason"]
