@@ -117,7 +117,8 @@ def read_layout(directory: Path, where: str) -> str | None:
 
 
 def weight_map(directory: Path, where: str) -> dict[str, str] | None:
-    """Tensor name -> file name for the weights in ``directory``; ``None`` when it holds none.
+    """Tensor name -> file name for the weights in ``directory``, in the index's order (sorted by name for one
+    file, as ``safe_open(...).keys()`` lists them); ``None`` when it holds none.
 
     :raises core.CheckpointError: the index is unreadable or names a file that is not there.
     """
@@ -142,7 +143,7 @@ def weight_map(directory: Path, where: str) -> dict[str, str] | None:
         return dict(mapping)
     single = directory / WEIGHTS_NAME
     if single.is_file():
-        return {name: WEIGHTS_NAME for name in read_header(single, where)}
+        return {name: WEIGHTS_NAME for name in sorted(read_header(single, where))}
     return None
 
 

@@ -144,8 +144,7 @@ def _unreadable(path: Path, where: str, error: BaseException) -> CheckpointError
 
 
 def read_all(directory: Path, mapping: Mapping[str, str], where: str, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """Every tensor of the weights, whole, in the index's order (the state dict's order when this project wrote it;
-    the header's for one file)."""
+    """Every tensor of the weights, whole, in ``mapping``'s order."""
     weights: dict[str, torch.Tensor] = {}
     with _opened(directory, mapping, where, device) as handle_of:
         for name in mapping:
@@ -159,7 +158,7 @@ def read_all(directory: Path, mapping: Mapping[str, str], where: str, device: st
 def _target(path: str | os.PathLike[str]) -> tuple[Path, dict[str, str]]:
     location = Path(path)
     if location.is_file() and location.suffix == ".safetensors":
-        return location.parent, {name: location.name for name in read_header(location, str(path))}
+        return location.parent, {name: location.name for name in sorted(read_header(location, str(path)))}
     if not location.exists():
         raise CheckpointError(f"No weights at {str(path)!r}: the path does not exist.")
     mapping = weight_map(location, str(path)) if location.is_dir() else None

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from core_safetensors import (
     read_weights,
     save_weights,
 )
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
@@ -128,6 +129,25 @@ def test_shard_plans_keep_order_and_size_and_are_greedy(sizes: list[int], maximu
     for current, following in itertools.pairwise(shards):  # never closed while the next still fitted
         assert sum(size_of[name] for name in current) + size_of[following[0]] > maximum
     assert plan_shards(named, None) == ([[name for name, _ in named]] if named else [])
+
+
+@settings(max_examples=15, deadline=None)
+@given(lengths=st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=8),
+       dtypes=st.lists(st.sampled_from([torch.float32, torch.bfloat16, torch.int64, torch.uint8]), min_size=8,
+                       max_size=8),
+       maximum=st.integers(min_value=1, max_value=200))
+def test_any_weights_cut_at_any_size_read_back_bitwise(lengths: list[int], dtypes: list[torch.dtype],
+                                                       maximum: int) -> None:
+    state = {f"block{7 - index}.weight": (torch.arange(length) * 7 - 3).to(dtypes[index])
+             for index, length in enumerate(lengths)}
+    with tempfile.TemporaryDirectory() as tmp:
+        save_weights(state, Path(tmp) / "w", max_shard_size=maximum)
+        files = sorted((Path(tmp) / "w").glob("*.safetensors"))
+        assert len(files) == len(plan_shards([(name, value.nbytes) for name, value in state.items()], maximum))
+        assert (len(files) > 1) == (Path(tmp) / "w" / INDEX_NAME).is_file()
+        loaded = read_weights(Path(tmp) / "w")
+    assert same(loaded, state)
+    assert list(loaded) == (list(state) if len(files) > 1 else sorted(state))  # the index keeps the state's order
 
 
 @given(count=st.integers(min_value=1, max_value=10**6),
