@@ -121,6 +121,16 @@ def test_class_paths_for_model_data_optimizer_and_lr_scheduler() -> None:
     assert cli.subcommand is None  # run=False: built, not run
 
 
+def test_instantiate_module_builds_the_class_or_the_named_subclass() -> None:
+    from core.cli import instantiate_module
+
+    model = instantiate_module(Regressor, {"hidden": 2})
+    assert type(model) is Regressor and model.net[0].out_features == 2
+    demo = instantiate_module(core.Module, {"_class_path": "core.lightning.pytorch.demos.boring_classes.DemoModel",
+                                            "out_dim": 3})
+    assert type(demo).__name__ == "DemoModel" and demo.l1.out_features == 3
+
+
 def test_logger_and_callbacks_by_class_path_in_a_config_file(tmp_path: Path) -> None:
     from core.lightning.pytorch.cli import LightningCLI
 
@@ -154,6 +164,8 @@ def test_save_config_callback_refuses_to_overwrite_and_can_be_turned_off(tmp_pat
     cli = CoreCLI(BoringModel, BoringDataModule, save_config_kwargs={"config_filename": "run.yaml"}, args=words)
     assert (tmp_path / "run" / "run.yaml").is_file()
     assert any(isinstance(c, SaveConfigCallback) for c in cli.trainer.callbacks)
+    quick = CoreCLI(BoringModel, BoringDataModule, args=["fit", "--trainer.fast_dev_run=true", *_QUIET])
+    assert not any(isinstance(c, SaveConfigCallback) for c in quick.trainer.callbacks)  # Lightning skips it too
 
 
 def test_a_bad_config_key_exits_naming_the_key_and_the_close_one(

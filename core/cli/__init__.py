@@ -104,15 +104,15 @@ def instantiate_class(args: Any, init: dict[str, Any]) -> Any:
 
 
 def instantiate_module(class_type: type[Any], config: dict[str, Any]) -> Any:
-    """An instance of ``class_type`` from a config dict of its ``__init__`` arguments (class paths resolved)."""
+    """An instance of ``class_type`` (or of the subclass ``config["_class_path"]`` names) from its arguments."""
     parser = ArgumentParser(exit_on_error=False)
-    if "class_path" in config:
-        parser.add_subclass_arguments(class_type, "module", required=True)
-        namespace = parser.parse_object({"module": config})
+    if "_class_path" in config:
+        parser.add_subclass_arguments(class_type, "module", fail_untyped=False)
+        arguments = {key: value for key, value in config.items() if key != "_class_path"}
+        config = {"class_path": config["_class_path"], "dict_kwargs": arguments}
     else:
         parser.add_class_arguments(class_type, "module", fail_untyped=False)
-        namespace = parser.parse_object({"module": config})
-    return parser.instantiate(namespace).module
+    return parser.instantiate(parser.parse_object({"module": config})).module
 
 
 class CoreArgumentParser(ArgumentParser):
@@ -429,14 +429,14 @@ class CoreCLI:
         defaults = self.trainer_defaults.get(key)
         if defaults is not None:
             config[key].extend(defaults if isinstance(defaults, list) else [defaults])
-        if self.save_config_callback is not None and self.subcommand is not None:
+        # As in Lightning: no config file for a fast_dev_run (a check, not a run to repeat); with run=False the
+        # whole configuration is saved when the program starts a run itself.
+        if self.save_config_callback is not None and not config.get("fast_dev_run", False):
             config_callback = self.save_config_callback(
                 self._parser(self.subcommand), self.config.get(str(self.subcommand), self.config),
                 **self.save_config_kwargs,
             )
             config[key].append(config_callback)
-        elif self.save_config_callback is not None and self.subcommand is None:
-            pass  # run=False: there is no run to save the configuration of
         for name in ("logger", "profiler"):
             if config.get(name) is None:
                 config.pop(name, None)
