@@ -5,16 +5,16 @@ one device. Its collective and checkpoint hooks are the reference every strategy
 :func:`check_reduce_op` validates a ``reduce_op`` against :data:`REDUCE_OPS`.
 
 **Process-group strategies.** :class:`ParallelStrategy` is what every strategy of one process per device over a
-``torch.distributed`` group needs, so that ddp, fsdp, deepspeed, model_parallel and pipeline (and yours) derive
-from the core, not from each other: the options common to all (``process_group_backend``, ``timeout``,
-``start_method`` out of :data:`START_METHODS`, ``name``), launching, the process group's set-up and teardown
-(no barrier while the rank function is failing), the collectives, backward through the run's precision, and
-pickling of the options for spawned ranks. A subclass overrides :meth:`ParallelStrategy.setup_module` (wrap,
-shard or parallelize the model) and, where a run leaves something behind, :meth:`ParallelStrategy.release_run`
-and :meth:`ParallelStrategy.forget_run`. :func:`forget_mesh_groups` drops the groups a ``DeviceMesh`` resolved
-once the world group is gone. :class:`Communicator` runs the collectives of one rank and turns backend errors
-into :class:`CollectiveError` (:class:`CollectiveTimeoutError` when a rank stopped participating,
-:class:`PeerLostError` when one vanished).
+``torch.distributed`` group needs, so that ddp, fsdp, deepspeed, model_parallel and pipeline (and yours) derive from
+the core, not from each other: the options common to all (``process_group_backend``, ``timeout``, ``start_method``
+out of :data:`START_METHODS`, ``name``; a subclass passes them on as :class:`ParallelOptions`), launching, the
+process group's set-up and teardown (no barrier while the rank function is failing), the collectives, backward
+through the run's precision, and pickling of the options for spawned ranks. A subclass overrides
+:meth:`ParallelStrategy.setup_module` (wrap, shard or parallelize the model) and, where a run leaves something
+behind, :meth:`ParallelStrategy.release_run` and :meth:`ParallelStrategy.forget_run`. :func:`forget_mesh_groups`
+drops the groups a ``DeviceMesh`` resolved once the world group is gone. :class:`Communicator` runs the collectives
+of one rank and turns backend errors into :class:`CollectiveError` (:class:`CollectiveTimeoutError` when a rank
+stopped participating, :class:`PeerLostError` when one vanished).
 
 **Stepping an optimizer.** A strategy that implements ``strategy_optimizer_step`` steps through
 :func:`optimizer_step` (``return optimizer_step(self.active, optimizer, **kwargs)``): the run's precision steps
@@ -66,7 +66,7 @@ from core.toolkit.strategies._launchers import (
     ScriptLauncher,
     failing,
 )
-from core.toolkit.strategies._parallel import START_METHODS, ParallelStrategy, forget_mesh_groups
+from core.toolkit.strategies._parallel import START_METHODS, ParallelOptions, ParallelStrategy, forget_mesh_groups
 from core.toolkit.strategies._rendezvous import JOB_VARIABLE, RendezvousError
 from core.toolkit.strategies._sharded import ShardedStrategy
 from core.toolkit.strategies._sharding import (
@@ -93,6 +93,7 @@ __all__ = [
     "Launcher",
     "Layout",
     "MultiprocessingLauncher",
+    "ParallelOptions",
     "ParallelStrategy",
     "PeerLostError",
     "ProcessFailedError",

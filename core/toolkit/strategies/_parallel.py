@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -43,6 +43,20 @@ from ._single import SingleDeviceStrategy, check_reduce_op
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
+
+class ParallelOptions(TypedDict, total=False):
+    """The options of every process-group strategy (:class:`ParallelStrategy`'s own parameters).
+
+    A subclass takes them as ``**options: Unpack[ParallelOptions]`` after its own parameters and passes them on to
+    ``super().__init__(**options)``, so that each is declared and documented once; its :attr:`ParallelStrategy.
+    default_alias` names it when ``name`` is not given.
+    """
+
+    process_group_backend: str | None
+    timeout: timedelta | float
+    start_method: str
+    name: str | None
+
 
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 """``popen`` re-runs the script as the other ranks; the others start them with ``torch.multiprocessing``."""
@@ -80,7 +94,7 @@ class ParallelStrategy(SingleDeviceStrategy):
     :param timeout: How long a collective may wait for the other ranks before failing.
     :param start_method: ``"popen"`` (run the script again as the other ranks), ``"spawn"``, ``"fork"`` or
         ``"forkserver"`` (start the ranks with ``torch.multiprocessing`` and return rank 0's result).
-    :param name: The alias reported in messages (``"parallel"`` when not given).
+    :param name: The alias reported in messages (the class's :attr:`default_alias` when not given).
 
     To write a strategy on it, override :meth:`setup_module` (and any hook whose behaviour differs, marked with
     ``@hookimpl`` again); :meth:`release_run` and :meth:`forget_run` are where a run's end releases what the
@@ -92,6 +106,8 @@ class ParallelStrategy(SingleDeviceStrategy):
     """
 
     max_processes: ClassVar[int | None] = None
+    default_alias: ClassVar[str] = "parallel"
+    """The alias an instance answers to when no ``name`` is given."""
     message_prefix: ClassVar[str] = "core"
     """What the launcher's messages (and its scratch directories) start with: the distribution's name."""
 
@@ -113,7 +129,7 @@ class ParallelStrategy(SingleDeviceStrategy):
         self.process_group_backend = process_group_backend
         self.timeout = _as_timedelta(owner, timeout)
         self.start_method = start_method
-        self.alias = name or "parallel"
+        self.alias = name or self.default_alias
         self._communicator: Communicator | None = None
         self._precision_backward: Callable[..., Any] = _unbound
         self._launcher: Launcher | None = None

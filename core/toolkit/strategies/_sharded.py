@@ -14,8 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -23,8 +22,11 @@ from torch.distributed.tensor import DTensor
 
 from core import ConfigurationError, hookimpl
 
-from ._parallel import ParallelStrategy
+from ._parallel import ParallelOptions, ParallelStrategy
 from ._sharding import ReplacedParameters, accept_whole_optimizer_state, gather_full_state
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def _holds_dtensors(value: Any) -> bool:
@@ -42,12 +44,13 @@ class ShardedStrategy(ParallelStrategy):
 
     :param sharded_checkpoint: Every rank writes its own shards (needs a checkpoint_io with ``writes_shards``, such
         as ``distributed`` from core-dcp); ``False`` gathers whole tensors for rank 0 to write one file.
+    :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
+        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`).
 
-    The other parameters are :class:`ParallelStrategy`'s. A subclass implements :meth:`ParallelStrategy.setup_module`
-    with the pieces given here: :meth:`broadcast_from_rank_zero` before sharding a module every rank made on its
-    own, :attr:`replaced` to record which parameter replaced which, :meth:`materialise` for a module created on the
-    meta device. It names its own options in the save's error (:attr:`sharded_checkpoint_option`,
-    :attr:`full_checkpoint_option`).
+    A subclass implements :meth:`ParallelStrategy.setup_module` with the pieces given here:
+    :meth:`broadcast_from_rank_zero` before sharding a module every rank made on its own, :attr:`replaced` to record
+    which parameter replaced which, :meth:`materialise` for a module created on the meta device. It names its own
+    options in the save's error (:attr:`sharded_checkpoint_option`, :attr:`full_checkpoint_option`).
     """
 
     sharded_checkpoint_option: str = "sharded_checkpoint=True"
@@ -55,17 +58,10 @@ class ShardedStrategy(ParallelStrategy):
     full_checkpoint_option: str = "sharded_checkpoint=False"
     """How the user asks for one gathered file instead."""
 
-    def __init__(
-        self,
-        process_group_backend: str | None = None,
-        timeout: timedelta | float = timedelta(minutes=30),
-        start_method: str = "popen",
-        *,
-        sharded_checkpoint: bool = True,
-        name: str | None = None,
-    ) -> None:
-        super().__init__(process_group_backend=process_group_backend, timeout=timeout, start_method=start_method,
-                         name=name or "sharded")
+    default_alias: ClassVar[str] = "sharded"
+
+    def __init__(self, *, sharded_checkpoint: bool = True, **options: Unpack[ParallelOptions]) -> None:
+        super().__init__(**options)
         self.sharded_checkpoint = bool(sharded_checkpoint)
         self.replaced = ReplacedParameters()
         """Which parameter replaced which at set-up (run state: not pickled with the options)."""

@@ -18,7 +18,6 @@ import importlib
 import os
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import timedelta
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -28,12 +27,14 @@ import torch.distributed as dist
 from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
 from core.toolkit.checkpoint import restore_state as restore
 from core.toolkit.checkpoint import to_checkpoint
-from core.toolkit.strategies import ParallelStrategy, failing
+from core.toolkit.strategies import ParallelOptions, ParallelStrategy, failing
 
 from . import _checkpoint, _import, _release
 from ._config import FLOAT16_PRECISIONS, ZeroSettings, build_config, read_config, zero_stage
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from core import ActiveSet
 
 _HINT = (
@@ -86,10 +87,8 @@ class DeepSpeedStrategy(ParallelStrategy):
     :param config: A DeepSpeed config, as a dict or the path of a JSON file. It is merged on top of what the
         keywords and the run's precision give, key by key: an explicit config wins.
     :param gradient_clipping: Clip the global gradient norm to this value inside DeepSpeed's step.
-    :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
-    :param timeout: How long a collective may wait for the other ranks.
-    :param start_method: How the processes are started, as for ``ddp`` (``"popen"`` re-runs the script).
-    :param name: The alias reported in messages.
+    :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
+        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`).
     """
 
     message_prefix: ClassVar[str] = "core-deepspeed"
@@ -105,19 +104,11 @@ class DeepSpeedStrategy(ParallelStrategy):
         offload_parameters: bool = False,
         config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         gradient_clipping: float | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta | float = timedelta(minutes=30),
-        start_method: str = "popen",
-        *,
-        name: str | None = None,
+        **options: Unpack[ParallelOptions],
     ) -> None:
         offload = "_offload" if offload_optimizer or offload_parameters else ""
-        super().__init__(
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
-            name=name or f"deepspeed_stage_{stage}{offload}",
-        )
+        options["name"] = options.get("name") or f"deepspeed_stage_{stage}{offload}"
+        super().__init__(**options)
         self.settings = ZeroSettings(stage, offload_optimizer, offload_parameters, gradient_clipping)
         self.user_config = read_config(config)
         self._config: dict[str, Any] | None = None

@@ -24,18 +24,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import timedelta
 from itertools import chain
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit.strategies import SHARDED_MODULES, ShardedStrategy, accept_whole_tensors
+from core.toolkit.strategies import SHARDED_MODULES, ParallelOptions, ShardedStrategy, accept_whole_tensors
 
 from ._wrap import AutoWrapPolicy, predicate, shard
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 STATE_DICT_TYPES: Final = ("sharded", "full")
 
@@ -73,13 +75,12 @@ class FSDPStrategy(ShardedStrategy):
         checkpoint_io, the default then); ``"full"``: the shards are gathered and rank 0 writes one file.
     :param sync_module_states: Broadcast rank 0's initial parameters before sharding (not needed, and
         skipped, for a model created with ``empty_init=True``).
-    :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
-    :param timeout: How long a collective may wait for the other ranks before failing.
-    :param start_method: How missing processes are started, as for ``ddp``.
-    :param name: The alias reported in messages.
+    :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
+        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`).
     """
 
     message_prefix: ClassVar[str] = "core-fsdp"
+    default_alias: ClassVar[str] = "fsdp"
     sharded_checkpoint_option = "state_dict_type='sharded'"
     full_checkpoint_option = "state_dict_type='full'"
 
@@ -91,16 +92,9 @@ class FSDPStrategy(ShardedStrategy):
         mixed_precision: MixedPrecisionPolicy | None = None,
         state_dict_type: str = "sharded",
         sync_module_states: bool = True,
-        process_group_backend: str | None = None,
-        timeout: timedelta | float = timedelta(minutes=30),
-        start_method: str = "popen",
-        *,
-        name: str | None = None,
+        **options: Unpack[ParallelOptions],
     ) -> None:
-        super().__init__(
-            process_group_backend=process_group_backend, timeout=timeout, start_method=start_method,
-            sharded_checkpoint=state_dict_type == "sharded", name=name or "fsdp",
-        )
+        super().__init__(sharded_checkpoint=state_dict_type == "sharded", **options)
         if state_dict_type not in STATE_DICT_TYPES:
             raise ConfigurationError(
                 f"FSDPStrategy(state_dict_type={state_dict_type!r}) is not a checkpoint layout; expected one of "

@@ -8,14 +8,15 @@ sharded through core-dcp's ``distributed`` checkpoint_io and load into any other
 process group is kept while it lives); :func:`full_state_dict` gathers it whole, one tensor at a time, to rank 0.
 
 Public API for strategies that build a mesh of their own (core-pipeline): :class:`MeshShape` and
-:func:`mesh_shape`, which check the degrees of parallelism against the world size.
+:func:`mesh_shape`, which check the degrees of parallelism against the world size, and :func:`built_mesh`, the
+``device_mesh`` property's check.
 """
 
 from __future__ import annotations
 
 from core.toolkit.strategies import full_state_dict
 
-from ._mesh import AUTO, DATA_PARALLEL, MeshShape, check_size, mesh_shape
+from ._mesh import AUTO, DATA_PARALLEL, MeshShape, built_mesh, check_size, mesh_shape
 from ._strategy import MESH_DIMENSIONS, TENSOR_PARALLEL, ModelParallelStrategy
 
 
@@ -31,6 +32,7 @@ __all__ = [
     "TENSOR_PARALLEL",
     "MeshShape",
     "ModelParallelStrategy",
+    "built_mesh",
     "check_size",
     "full_state_dict",
     "mesh_shape",

@@ -108,6 +108,16 @@ def mesh_shape(
     return MeshShape((DATA_PARALLEL, inner), (outer, inner_value))
 
 
+def built_mesh(mesh: DeviceMesh | None, alias: str, where: str) -> DeviceMesh:
+    """A strategy's ``device_mesh``: ``mesh`` once the run's processes built it, else an error saying ``where``
+    (e.g. "inside the launched function (lite.device_mesh)") the user can read it."""
+    if mesh is None:
+        raise ConfigurationError(
+            f"The device mesh of {alias!r} exists once the run's processes are set up: read it {where}."
+        )
+    return mesh
+
+
 def _choices(inner: str, world_size: int) -> str:
     options = "; ".join(
         f"{DATA_PARALLEL}_size={outer}, {inner}_size={rest}" for outer, rest in _factorisations(world_size)

@@ -31,19 +31,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from datetime import timedelta
 from itertools import chain
-from typing import Any, ClassVar, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, TypeAlias
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
-from core.toolkit.strategies import SHARDED_MODULES, ShardedStrategy, accept_whole_tensors
+from core.toolkit.strategies import SHARDED_MODULES, ParallelOptions, ShardedStrategy, accept_whole_tensors
 
-from ._mesh import DATA_PARALLEL, MeshShape, check_size, mesh_shape
+from ._mesh import DATA_PARALLEL, MeshShape, built_mesh, check_size, mesh_shape
 from ._state import holds_placed_tensors
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TENSOR_PARALLEL: Final = "tensor_parallel"
 MESH_DIMENSIONS: Final = (DATA_PARALLEL, TENSOR_PARALLEL)
@@ -82,13 +84,12 @@ class ModelParallelStrategy(ShardedStrategy):
         ``data_parallel_size`` leaves).
     :param save_distributed_checkpoint: ``True``: every rank writes its shards (``distributed`` checkpoint_io, the
         default then); ``False``: the whole state is gathered and rank 0 writes one file.
-    :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
-    :param timeout: How long a collective may wait for the other ranks before failing.
-    :param start_method: How missing processes are started, as for ``ddp``.
-    :param name: The alias reported in messages.
+    :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
+        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`).
     """
 
     message_prefix: ClassVar[str] = "core-model-parallel"
+    default_alias: ClassVar[str] = "model_parallel"
     sharded_checkpoint_option = "save_distributed_checkpoint=True"
     full_checkpoint_option = "save_distributed_checkpoint=False"
 
@@ -98,16 +99,9 @@ class ModelParallelStrategy(ShardedStrategy):
         data_parallel_size: int | Literal["auto"] = "auto",
         tensor_parallel_size: int | Literal["auto"] = "auto",
         save_distributed_checkpoint: bool = True,
-        process_group_backend: str | None = None,
-        timeout: timedelta | float = timedelta(minutes=30),
-        start_method: str = "popen",
-        *,
-        name: str | None = None,
+        **options: Unpack[ParallelOptions],
     ) -> None:
-        super().__init__(
-            process_group_backend=process_group_backend, timeout=timeout, start_method=start_method,
-            sharded_checkpoint=bool(save_distributed_checkpoint), name=name or "model_parallel",
-        )
+        super().__init__(sharded_checkpoint=bool(save_distributed_checkpoint), **options)
         if parallelize_fn is not None and not callable(parallelize_fn):
             raise ConfigurationError(
                 f"{_OWNER}(parallelize_fn={parallelize_fn!r}): expected a function (module, device_mesh) -> module."
@@ -138,12 +132,8 @@ class ModelParallelStrategy(ShardedStrategy):
     @property
     def device_mesh(self) -> DeviceMesh:
         """The 2-D ``DeviceMesh`` (``data_parallel``, ``tensor_parallel``) of this run's ranks."""
-        if self._mesh is None:
-            raise ConfigurationError(
-                f"The device mesh of {self.alias!r} exists once the run's processes are set up: read it inside the "
-                f"launched function (lite.device_mesh), in configure_model under the Trainer, or in parallelize_fn."
-            )
-        return self._mesh
+        return built_mesh(self._mesh, self.alias, "inside the launched function (lite.device_mesh), in "
+                          "configure_model under the Trainer, or in parallelize_fn")
 
     # -- processes ------------------------------------------------------------------------------------
 

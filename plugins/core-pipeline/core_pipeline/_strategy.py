@@ -25,13 +25,12 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import timedelta
 from itertools import chain
-from typing import Any, ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 import torch
 import torch.distributed as dist
-from core_model_parallel import DATA_PARALLEL, MeshShape, check_size, mesh_shape
+from core_model_parallel import DATA_PARALLEL, MeshShape, built_mesh, check_size, mesh_shape
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
@@ -41,7 +40,7 @@ from core.lite import LiteOptimizer
 from core.module import StatefulList, StepModule
 from core.toolkit import is_whole
 from core.toolkit.checkpoint import PRECISION_KEY, is_stateful, restore_state, to_checkpoint
-from core.toolkit.strategies import ParallelStrategy
+from core.toolkit.strategies import ParallelOptions, ParallelStrategy
 
 from ._layout import (
     OptimizerLayout,
@@ -54,6 +53,9 @@ from ._layout import (
 )
 from ._module import PipelineModule, PipelineStepModule
 from ._split import StageFn, prune, split_at, stage_modules
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 PIPELINE_PARALLEL: Final = "pipeline_parallel"
 MESH_DIMENSIONS: Final = (DATA_PARALLEL, PIPELINE_PARALLEL)
@@ -89,13 +91,12 @@ class PipelineStrategy(ParallelStrategy):
         ``cross_entropy``, so that the micro-batches' mean is the batch's loss).
     :param stages_per_rank: Stages each rank holds: 1 for GPipe and 1F1B, at least 2 for Interleaved1F1B.
     :param data_parallel_size: Copies of the pipeline; ``"auto"``: what the pipeline leaves of the world size.
-    :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
-    :param timeout: How long a collective (or a stage waiting for its neighbour) may wait before failing.
-    :param start_method: How missing processes are started, as for ``ddp``.
-    :param name: The alias reported in messages.
+    :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
+        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`).
     """
 
     message_prefix: ClassVar[str] = "core-pipeline"
+    default_alias: ClassVar[str] = "pipeline"
     supports: ClassVar[Supports] = Supports(
         never={"accelerator": {"tpu", "mps"}, "precision": {"16-mixed", "16"}},
         hint="The pipeline's schedule runs backward itself, so 16-mixed's loss scaler never sees the loss: use "
@@ -112,16 +113,9 @@ class PipelineStrategy(ParallelStrategy):
         loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
         stages_per_rank: int | None = None,
         data_parallel_size: int | Literal["auto"] = "auto",
-        process_group_backend: str | None = None,
-        timeout: timedelta | float = timedelta(minutes=30),
-        start_method: str = "popen",
-        *,
-        name: str | None = None,
+        **options: Unpack[ParallelOptions],
     ) -> None:
-        super().__init__(
-            process_group_backend=process_group_backend, timeout=timeout, start_method=start_method,
-            name=name or "pipeline",
-        )
+        super().__init__(**options)
         self.num_stages = _num_stages(split_points, stage_fn, num_stages)  # checks split_points before the copy
         self.split_points = tuple(split_points) if split_points is not None else None
         self.stage_fn = stage_fn
@@ -191,12 +185,7 @@ class PipelineStrategy(ParallelStrategy):
     @property
     def device_mesh(self) -> DeviceMesh:
         """The 2-D ``DeviceMesh`` (``data_parallel``, ``pipeline_parallel``) of this run's ranks."""
-        if self._mesh is None:
-            raise ConfigurationError(
-                f"The device mesh of {self.alias!r} exists once the run's processes are set up: read it inside the "
-                f"launched function (lite.device_mesh)."
-            )
-        return self._mesh
+        return built_mesh(self._mesh, self.alias, "inside the launched function (lite.device_mesh)")
 
     # -- processes ------------------------------------------------------------------------------------
 
