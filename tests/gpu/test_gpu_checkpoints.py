@@ -57,7 +57,7 @@ def test_async_save_from_device_blocks_less_than_a_whole_copy_and_saves_the_valu
     blocked, expected = [], []
     try:
         for index in range(3):
-            expected.append({name: tensor.cpu() for name, tensor in state.items()})
+            expected.append({name: tensor.to("cpu", copy=True) for name, tensor in state.items()})
             io.wait()  # the previous write is done: time only this save's own work
             torch.cuda.synchronize()
             start = time.perf_counter()
