@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
 import torch.distributed as dist
@@ -29,6 +29,9 @@ from core import ConfigurationError, CoreWarning, Supports, hookimpl
 from core.toolkit.strategies import ParallelStrategy, optimizer_step
 
 from ._optimizer import ShardedOptimizer
+
+if TYPE_CHECKING:
+    from core import ActiveSet
 
 REDUCE_BUFFER_SIZE_MULTI_NODE: Final = 2**23
 """Lightning's default ``reduce_buffer_size`` (8M elements) when the job spans nodes; 0 (no buckets) on one."""
@@ -45,8 +48,8 @@ UNMAINTAINED: Final = (
 
 @functools.cache
 def warn_unmaintained() -> None:
-    """Say once per process that FairScale is unmaintained and what replaces it."""
-    warnings.warn(UNMAINTAINED, CoreWarning, stacklevel=3)
+    """Say once per process that FairScale is unmaintained and what replaces it (when a run selects it)."""
+    warnings.warn(UNMAINTAINED, CoreWarning, stacklevel=2)
 
 
 def _flag(owner: str, name: str, value: object) -> bool:
@@ -130,7 +133,6 @@ class DDPShardedStrategy(ParallelStrategy):
         self.broadcast_fp16 = None if broadcast_fp16 is None else _flag(owner, "broadcast_fp16", broadcast_fp16)
         self._wrapped: list[ShardedDataParallel] = []
         self._optimizers: list[OSS] = []
-        warn_unmaintained()
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -148,6 +150,13 @@ class DDPShardedStrategy(ParallelStrategy):
             f"{type(self).__name__}(name={self.alias!r}, start_method={self.start_method!r}, timeout={self.timeout}, "
             f"reduce_buffer_size={self.reduce_buffer_size!r})"
         )
+
+    @hookimpl
+    def core_attach(self, active: ActiveSet) -> None:
+        # Selected for a run (Lite, Trainer, resolve): the one place a user learns that FairScale is unmaintained.
+        # Not in __init__: listing, --check and the compatibility matrix build the object without using it.
+        warn_unmaintained()
+        super().core_attach(active)
 
     @property
     def sharded_optimizers(self) -> tuple[OSS, ...]:
