@@ -76,7 +76,8 @@ class SafetensorsCheckpointIO:
     """Checkpoints as directories whose weights are Hugging Face's ``model.safetensors`` (or its shards).
 
     :param weights_key: The checkpoint entry holding the module's state dict. ``None``: ``"model"``, else
-        ``"state_dict"``, whichever the checkpoint has (a checkpoint with neither is written to ``state.pt`` only).
+        ``"state_dict"``, whichever the checkpoint has (a checkpoint with neither has no weight files: all of it goes to
+        ``state.pt``, or ``state/`` when sharded).
     :param max_shard_size: Split the weights into files of at most this size (bytes, or ``"5GB"`` / ``"500MiB"``),
         with ``model.safetensors.index.json``; ``None``: one ``model.safetensors``.
     :param writers: For sharded weights (``fsdp``, ``model_parallel``): ``"all"`` deals the files out to the ranks,
