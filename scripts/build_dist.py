@@ -173,7 +173,7 @@ def upload_order(requires: Mapping[str, Iterable[str]]) -> list[str]:
     """
     needs: dict[str, set[str]] = {}
     for name, lines in requires.items():
-        wanted = set()
+        wanted: set[str] = set()
         for line in lines:
             requirement = Requirement(line)
             if requirement.marker is not None and "extra" in str(requirement.marker):
