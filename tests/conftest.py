@@ -147,6 +147,7 @@ HEAVY_FILES = {
     "contrib/core-fairscale/tests/test_fairscale_training.py": 45.0,
     "contrib/core-fairscale/tests/test_fairscale_conformance.py": 30.0,
     "plugins/core-ddp/tests/test_ddp_clean_exit.py": 45.0,
+    "tests/test_dist.py": 90.0,
     "tests/test_gpu_check.py": 40.0,
     "plugins/core-slurm/tests/test_slurm_preemption.py": 110.0,
     "plugins/core-safetensors/tests/test_safetensors_layouts.py": 40.0,
