@@ -147,8 +147,11 @@ def peak_tflops(device_name: str) -> float | None:
 # ------------------------------------------------------------------------------------------------ the runners
 
 
-class BudgetReached(Exception):
-    """The alarm set at the benchmark's budget went off."""
+class BudgetReached(BaseException):
+    """The alarm set at the benchmark's budget went off.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: raised wherever the main thread is when the alarm rings, often
+    deep inside ``torch.compile``, whose ``except Exception`` handlers would otherwise wrap or swallow it."""
 
 
 @dataclass
@@ -391,8 +394,6 @@ def _build(name: str, build: Callable[[], Runner], runners: list[Runner], skippe
     """Build one runner; a failure is recorded against it and the others go on."""
     try:
         runners.append(build())
-    except BudgetReached:
-        raise
     except Exception as error:  # a framework that cannot set this up is a result, not a crash of the benchmark
         skipped.append({"config": f"{section}/{name}", "reason": f"failed to set up: {type(error).__name__}: {error}"})
         log(f"    {name}: FAILED to set up: {type(error).__name__}: {error}")
@@ -433,8 +434,6 @@ def _measure(section: str, runners: list[Runner], plan: Plan, result: dict[str, 
         return
     try:
         measured = alternate(runners, plan, result["deadline"], log)
-    except BudgetReached:
-        raise
     except Exception as error:
         result["skipped"].append({"config": f"{section}/*", "reason": f"failed while running: "
                                   f"{type(error).__name__}: {error}"})
