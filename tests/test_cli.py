@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -218,3 +219,24 @@ def test_help_lists_the_subcommands_and_the_flags(capsys: pytest.CaptureFixture[
         CoreCLI(Regressor, BoringDataModule, args=["fit", "--help"])
     out = capsys.readouterr().out
     assert all(flag in out for flag in ("--trainer.max_epochs", "--model.hidden", "--optimizer", "--ckpt_path"))
+
+
+@pytest.mark.distributed
+def test_two_ddp_processes_run_from_the_command_line_and_write_one_config(tmp_path: Path) -> None:
+    # Each rank runs the script (core's ddp launcher); rank zero looks for an earlier config.yaml and broadcasts.
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        from core.lightning.pytorch.cli import LightningCLI
+        from core.lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
+
+        if __name__ == "__main__":
+            cli = LightningCLI(BoringModel, BoringDataModule)
+            print("rank", cli.trainer.global_rank, "steps", cli.trainer.global_step, flush=True)
+    """))
+    words = [sys.executable, str(script), "fit", "--trainer.accelerator=cpu", "--trainer.strategy=ddp",
+             "--trainer.devices=2", "--trainer.max_steps=2", "--trainer.limit_val_batches=1",
+             "--trainer.logger=false", "--trainer.default_root_dir=run", *_QUIET]
+    first = subprocess.run(words, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "rank 0 steps 2" in first.stdout and "rank 1 steps 2" in first.stdout
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["trainer"]["devices"] == 2

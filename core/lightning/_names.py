@@ -81,7 +81,7 @@ def resolve_name(namespace: str, name: str, table: Mapping[str, Entry]) -> Any:
     if isinstance(entry, Unsupported):
         raise UnsupportedLightningName(
             f"{namespace}.{name} is not supported by core: {entry.why} Instead: {entry.instead} "
-            "(docs/migrating-from-lightning.md lists every name)."
+            "(docs/migrating-from-lightning.md)."
         )
     try:
         module = importlib.import_module(entry.module)
