@@ -280,6 +280,15 @@ def test_what_is_not_a_state_dict_is_refused_before_anything_is_written(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+def test_options_and_paths_it_cannot_take_are_configuration_errors(tmp_path: Path) -> None:
+    with pytest.raises(core.ConfigurationError, match=r"writers='ranks'.*\['all', 'rank0'\]"):
+        SafetensorsCheckpointIO(writers="ranks")
+    with pytest.raises(core.ConfigurationError, match="takes no storage_options"):
+        SafetensorsCheckpointIO().checkpoint_io_save(checkpoint={}, path=str(tmp_path / "c"), storage_options={"a": 1})
+    with pytest.raises(core.ConfigurationError, match="got the URL 's3://bucket/ckpt'"):
+        SafetensorsCheckpointIO().checkpoint_io_save(checkpoint={}, path="s3://bucket/ckpt", storage_options=None)
+
+
 def test_missing_weights_name_the_path(tmp_path: Path) -> None:
     with pytest.raises(core.CheckpointError, match=str(tmp_path / "none")):
         read_weights(tmp_path / "none")
