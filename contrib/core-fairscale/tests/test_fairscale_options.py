@@ -13,6 +13,7 @@ from core_fairscale import UNMAINTAINED, DDPShardedStrategy, DDPSpawnShardedStra
 import core
 
 
+@pytest.mark.filterwarnings("ignore:FairScale has been unmaintained")  # its own test is below
 def test_the_aliases_resolve_to_the_two_start_methods() -> None:
     for alias, start_method in (("ddp_sharded", "popen"), ("ddp_sharded_spawn", "spawn")):
         strategy = core.resolve(accelerator="cpu", strategy=alias, devices=2).plugins["strategy"]
