@@ -12,7 +12,7 @@ import pytest
 import core
 import core.lightning  # installs the finder
 from core.lightning import _tree_map
-from core.lightning._names import Target, Unsupported, UnsupportedLightningName
+from core.lightning._names import Target, UnknownLightningName, Unsupported, UnsupportedLightningName
 from core.lightning._tree import LIGHTNING_COMMIT, MODULES
 
 
@@ -95,11 +95,27 @@ def test_unwrap_objects_returns_what_lite_wrapped() -> None:
 
 
 def test_a_path_lightning_does_not_have_is_the_advice_error_not_module_not_found() -> None:
-    with pytest.raises(UnsupportedLightningName, match=r"lightning.pytorch.callbacks.early_stoping is not a module .*"
-                       r"Did you mean core.lightning.pytorch.callbacks.early_stopping"):
+    with pytest.raises(UnsupportedLightningName, match=r"'early_stoping' is not a Lightning name or module in "
+                       r"lightning.pytorch.callbacks .* Did you mean 'early_stopping'"):
         import core.lightning.pytorch.callbacks.early_stoping  # type: ignore[import-not-found]
     with pytest.raises(UnsupportedLightningName, match=r"lightning.pytorch.loops\) is not supported .* Instead:"):
-        import core.lightning.pytorch.loops.fit_loop  # type: ignore[import-not-found]  # noqa: F401
+        import core.lightning.pytorch.loops.fit_loop  # type: ignore[import-not-found]
+    with pytest.raises(UnsupportedLightningName, match=r"'loopz' is not a Lightning name or module in "
+                       r"lightning.pytorch .* Did you mean 'loops'"):
+        import core.lightning.pytorch.loopz.x  # type: ignore[import-not-found]  # noqa: F401
+
+
+def test_a_misspelt_from_import_keeps_the_advice_while_probing_tools_get_attribute_errors() -> None:
+    import core.lightning.pytorch.callbacks as callbacks
+
+    with pytest.raises(UnsupportedLightningName, match=r"'EarlyStoping' is not a Lightning name .*'EarlyStopping'"):
+        from core.lightning.pytorch.callbacks import EarlyStoping  # noqa: F401
+    with pytest.raises(UnsupportedLightningName, match=r"Fabrik is not a Lightning name .*'Fabric'") as info:
+        from core.lightning import Fabrik  # noqa: F401
+    assert not isinstance(info.value, (AttributeError, ImportError))
+    assert getattr(callbacks, "EarlyStoping", None) is None and not hasattr(core.lightning, "CSVLogger")
+    with pytest.raises(UnknownLightningName):
+        callbacks.EarlyStoping  # noqa: B018
 
 
 def test_accelerator_and_strategy_work_as_annotations_and_refuse_subclassing() -> None:

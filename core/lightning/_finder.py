@@ -60,6 +60,17 @@ class LightningTreeFinder(importlib.abc.MetaPathFinder):
         if not fullname.startswith(_ROOTS):
             return None
         tree = fullname[len("core.lightning."):]
+        parent, _, last = tree.rpartition(".")
+        if tree not in MODULES and parent in MODULES:
+            # `from core.lightning.pytorch.callbacks import EarlyStoping` tries the submodule after the name.
+            known = [*_tree_map.table(parent), *_tree_map.children(parent)]
+            close = difflib.get_close_matches(last, known, n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise UnsupportedLightningName(
+                f"{last!r} is not a Lightning name or module in {lightning_path(f'core.lightning.{parent}')} "
+                f"(Lightning {LIGHTNING_REF}), so core.lightning.{parent} has none.{hint} "
+                "See docs/migrating-from-lightning.md."
+            )
         if tree not in MODULES:
             close = difflib.get_close_matches(tree, list(MODULES), n=3, cutoff=0.7)
             hint = f" Did you mean {' or '.join('core.lightning.' + c for c in close)}?" if close else ""

@@ -14,8 +14,11 @@ tools probing modules (``hasattr(module, "__wrapped__")``) behave.
 from __future__ import annotations
 
 import difflib
+import dis
 import importlib
+import sys
 from collections.abc import Callable, Mapping
+from types import FrameType
 from typing import Any
 
 import attrs
@@ -40,7 +43,9 @@ class UnknownLightningName(UnsupportedLightningName, AttributeError):
     """A name that is not Lightning's at all in that module (a typo, or another library's name).
 
     Also an ``AttributeError``, so that ``hasattr``/``getattr(module, name, default)`` in tools that probe modules
-    (jsonargparse looks for the shortest import path of a class) get False/the default, as for any module.
+    (jsonargparse looks for the shortest import path of a class) get False/the default, as for any module. Under
+    ``from module import name``, which would turn an AttributeError into a bare "cannot import name", the plain
+    :class:`UnsupportedLightningName` is raised instead, with the same message.
     """
 
 
@@ -136,6 +141,20 @@ def namespace_getattr(
             raise UnsupportedLightningName(
                 f"{namespace}.{name} is listed but not defined in {namespace}: pip install --upgrade core"
             )
-        return resolve_name(namespace, name, entries)
+        try:
+            return resolve_name(namespace, name, entries)
+        except UnknownLightningName as error:
+            if _in_from_import(sys._getframe(1)):
+                # `from X import Typo` turns an AttributeError into a bare "cannot import name": keep the advice.
+                raise UnsupportedLightningName(str(error)) from None
+            raise
 
     return __getattr__
+
+
+def _in_from_import(frame: FrameType) -> bool:
+    """Whether ``frame`` is executing ``from module import name`` (its current instruction is IMPORT_FROM)."""
+    try:
+        return dis.opname[frame.f_code.co_code[frame.f_lasti]] == "IMPORT_FROM"
+    except (IndexError, AttributeError):  # pragma: no cover - an interpreter without this frame layout
+        return False
