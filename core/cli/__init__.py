@@ -459,9 +459,7 @@ class CoreCLI:
         if not optimizer_init:
             return
         scheduler_init = self._get(self.config_init, "lr_scheduler")
-        from core.lightning._helpers import is_overridden
-
-        if is_overridden("configure_optimizers", self.model, Module):
+        if type(self.model).configure_optimizers is not Module.configure_optimizers:
             warnings.warn(
                 f"{type(self.model).__name__}.configure_optimizers is replaced by the optimizer given with "
                 f"--optimizer ({optimizer_init['class_path']}).", CoreWarning, stacklevel=2,
