@@ -170,6 +170,25 @@ print(json.dumps(report))
 """
 
 
+def stage_sources(into: Path) -> list[Path]:
+    """A copy of each distribution's sources to build from, so that the build writes its ``build/`` and ``*.egg-info``
+    there and never into the working tree (tests/test_dist.py builds the same trees, maybe at the same time in CI)."""
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests", ".mypy_cache", ".ruff_cache")
+    staged = []
+    for distribution in DISTRIBUTIONS:
+        source = ROOT / distribution
+        target = into / ("core" if distribution == "." else source.name)
+        if distribution == ".":  # the root project packages core/ only; the rest of the repository stays behind
+            target.mkdir(parents=True)
+            for path in [ROOT / "pyproject.toml", ROOT / "README.md", *ROOT.glob("LICEN[CS]E*"), *ROOT.glob("NOTICE*")]:
+                shutil.copy2(path, target)
+            shutil.copytree(ROOT / "core", target / "core", ignore=ignore)
+        else:
+            shutil.copytree(source, target, ignore=ignore)
+        staged.append(target)
+    return staged
+
+
 def for_this_interpreter(wheels: list[Path]) -> tuple[list[Path], list[Path]]:
     """The wheels this interpreter can install, and the others (judged by their file names' tags)."""
     from packaging.tags import sys_tags
@@ -196,7 +215,8 @@ def install(site: Path, build: Path, python: str, log: Path, budget_s: float, dr
     if runtime:
         steps.append(("carried wheels", [*pip, "--target", str(site), *map(str, runtime)], environment(site)))
     build_env = environment(site, {"PYTHONPATH": os.pathsep.join(filter(None, [str(build), str(site)]))})
-    steps.append(("the working tree", [*pip, "--no-build-isolation", "--target", str(site), *DISTRIBUTIONS],
+    sources = stage_sources(build.parent / "sources")
+    steps.append(("the working tree", [*pip, "--no-build-isolation", "--target", str(site), *map(str, sources)],
                   build_env))
     names = ["core", *(Path(dist).name for dist in DISTRIBUTIONS[1:])]
     # Every requirement of every installed distribution met (version included), torch left where it was, and each
