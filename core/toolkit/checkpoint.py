@@ -13,16 +13,21 @@ loaders verify before unpickling: a flipped bit is an error naming the file and 
 
 :func:`seal_directory` does the same for a checkpoint written as a directory (a checksum file listing each file's
 digest, and each tensor's byte range where the writer knows it); :func:`verify_directory` checks it.
+:class:`DirectoryCheckpointIO` is the base of a checkpoint_io writing such directories with every rank taking part
+(core-dcp, core-safetensors); :func:`install_directory` moves a finished one into place atomically.
 """
 
 from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, to_checkpoint
 from core.toolkit._checkpoint_state import restore as restore_state
 from core.toolkit._checksums import seal_directory, verify_directory
+from core.toolkit._directories import DirectoryCheckpointIO, install_directory
 from core.toolkit._torch_files import atomic_torch_save, safe_torch_load, torch_load_from
 
 __all__ = [
     "PRECISION_KEY",
+    "DirectoryCheckpointIO",
     "atomic_torch_save",
+    "install_directory",
     "is_stateful",
     "restore_state",
     "safe_torch_load",

@@ -18,14 +18,12 @@ again in place). A single file written by the ``torch`` checkpoint_io loads too.
 
 from __future__ import annotations
 
-import os
 import shutil
-import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, ClassVar, Final
 
 import torch
 import torch.distributed as dist
@@ -35,15 +33,17 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from core import CheckpointError, ConfigurationError, CoreError, hookimpl
-from core.toolkit import local_path
-from core.toolkit.checkpoint import safe_torch_load, seal_directory, verify_directory
+from core.toolkit.checkpoint import (
+    DirectoryCheckpointIO,
+    install_directory,
+    safe_torch_load,
+    seal_directory,
+    verify_directory,
+)
 from core.toolkit.tensors import apply_to_tensors
 
 from ._layout import holds_dtensors, join, split, tensor_ranges
 from ._safe import METADATA_FILE, FullReadPlanner, SafeReader, read_metadata
-
-if TYPE_CHECKING:
-    from core import ActiveSet
 
 # DCP warns when it runs without a process group; here that is the intent (see is_collective).
 _SINGLE_PROCESS_WARNING: Final = "torch.distributed is disabled, unavailable or uninitialized"
@@ -65,30 +65,7 @@ def _translated(action: str, where: str) -> Iterator[None]:
         ) from first
 
 
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _install(partial: Path, target: Path) -> None:
-    """Move the finished ``partial`` directory to ``target``, replacing what was there."""
-    if target.exists() or target.is_symlink():
-        retired = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
-        os.replace(target, retired)
-        os.replace(partial, target)
-        if retired.is_dir():
-            shutil.rmtree(retired)
-        else:
-            retired.unlink()
-    else:
-        os.replace(partial, target)
-    _fsync_directory(target.parent)
-
-
-class DistributedCheckpointIO:
+class DistributedCheckpointIO(DirectoryCheckpointIO):
     """Checkpoints as DCP directories: sharded state written by every rank, reshardable on load.
 
     :param thread_count: Writer threads per rank.
@@ -100,43 +77,21 @@ class DistributedCheckpointIO:
         checkpoint); ``False`` skips writing and checking.
     """
 
-    kind: Final = "checkpoint_io"
-    name: Final = "distributed"
-    writes_shards: Final = True
-    """Strategies read this: every rank may call ``checkpoint_io_save`` with its shards of the state."""
+    name: ClassVar[str] = "distributed"
+    url_hint: ClassVar[str] = (
+        "Mount the storage, or save a full (gathered) checkpoint with plugins=['torch'], which takes URLs."
+    )
 
     def __init__(self, thread_count: int = 1, sync_files: bool = True, checksums: bool = True) -> None:
         if thread_count < 1:
             raise ConfigurationError(f"DistributedCheckpointIO(thread_count={thread_count!r}) must be >= 1.")
-        if not isinstance(checksums, bool):
-            raise ConfigurationError(f"DistributedCheckpointIO(checksums={checksums!r}): expected True or False.")
+        super().__init__(checksums=checksums)
         self.thread_count = thread_count
         self.sync_files = sync_files
-        self.checksums = checksums
-        self._active: ActiveSet | None = None
-
-    @hookimpl
-    def core_attach(self, active: ActiveSet) -> None:
-        self._active = active
-
-    def _target(self, path: str) -> Path:
-        target = local_path(path)
-        if target is None:
-            raise ConfigurationError(
-                f"The 'distributed' checkpoint_io writes to a local or shared filesystem path, got the URL {path!r}. "
-                f"Mount the storage, or save a full (gathered) checkpoint with plugins=['torch'], which takes URLs."
-            )
-        return target
 
     def _writer(self, directory: Path) -> FileSystemWriter:
         return FileSystemWriter(directory, single_file_per_rank=True, sync_files=self.sync_files,
                                 thread_count=self.thread_count)
-
-    def _barrier(self, name: str) -> None:
-        if self._active is not None:
-            self._active.hook.strategy_barrier(name=name)
-        else:
-            dist.barrier()
 
     @staticmethod
     def is_collective(checkpoint: dict[str, Any]) -> bool:
@@ -152,7 +107,7 @@ class DistributedCheckpointIO:
                 f"The 'distributed' checkpoint_io takes no storage_options, got {storage_options!r}; configure it "
                 f"with DistributedCheckpointIO(thread_count=..., sync_files=...)."
             )
-        target = self._target(path)
+        target = self.local_target(path)
         flat = split(checkpoint)
         if self.is_collective(checkpoint):
             self._save_collective(flat, target)
@@ -161,30 +116,29 @@ class DistributedCheckpointIO:
 
     def _save_alone(self, flat: dict[str, Any], target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}.partial")
+        partial = self.partial_directory(target, collective=False)
         try:
             with warnings.catch_warnings(), _translated("Saving", str(target)):
                 warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
                 metadata = dcp.save(flat, storage_writer=self._writer(partial), no_dist=True)
             self._seal(partial, metadata)
-            _install(partial, target)
+            install_directory(partial, target)
         finally:
             shutil.rmtree(partial, ignore_errors=True)
 
     def _save_collective(self, flat: dict[str, Any], target: Path) -> None:
-        # One name every rank agrees on without a message; rank 0 clears what a crashed save left there.
-        partial = target.with_name(f".{target.name}.partial")
+        partial = self.partial_directory(target, collective=True)
         if dist.get_rank() == 0:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(partial, ignore_errors=True)
-        self._barrier("distributed checkpoint: prepare")
+        self.barrier("distributed checkpoint: prepare")
         # Every rank writes its shards; the coordinator writes .metadata after all of them, then all return.
         with _translated("Saving", str(target)):
             metadata = dcp.save(flat, storage_writer=self._writer(partial))
         if dist.get_rank() == 0:  # every rank's files are complete: the coordinator wrote .metadata after them
             self._seal(partial, metadata)
-            _install(partial, target)
-        self._barrier("distributed checkpoint: installed")
+            install_directory(partial, target)
+        self.barrier("distributed checkpoint: installed")
 
     def _seal(self, directory: Path, metadata: Any) -> None:
         if self.checksums:
@@ -192,7 +146,7 @@ class DistributedCheckpointIO:
 
     @hookimpl
     def checkpoint_io_load(self, path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:
-        target = self._target(path)
+        target = self.local_target(path)
         if not target.exists():
             raise CheckpointError(f"No checkpoint at {path!r}: the directory does not exist.")
         if target.is_file():  # a full checkpoint from the 'torch' checkpoint_io: loaded into a sharded run too
@@ -225,11 +179,3 @@ class DistributedCheckpointIO:
             return checkpoint
         result: dict[str, Any] = apply_to_tensors(checkpoint, lambda tensor: tensor.to(device))
         return result
-
-    @hookimpl
-    def checkpoint_io_remove(self, path: str) -> None:
-        target = self._target(path)
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        else:
-            target.unlink(missing_ok=True)

@@ -19,25 +19,26 @@ call :func:`core_safetensors.load_weights` on the module.
 
 from __future__ import annotations
 
-import os
 import shutil
-import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, ClassVar, Final
 
 import torch
 import torch.distributed as dist
 from core_dcp import DistributedCheckpointIO, holds_dtensors
 
 from core import CheckpointError, ConfigurationError, hookimpl
-from core.toolkit import local_path
-from core.toolkit.checkpoint import atomic_torch_save, safe_torch_load, seal_directory, verify_directory
+from core.toolkit.checkpoint import (
+    DirectoryCheckpointIO,
+    atomic_torch_save,
+    install_directory,
+    safe_torch_load,
+    seal_directory,
+    verify_directory,
+)
 
 from ._format import parse_size, read_layout, tensor_ranges, weight_map, write_layout
 from ._weights import WRITERS, check_weights, read_all, read_weights, write_weights
-
-if TYPE_CHECKING:
-    from core import ActiveSet
 
 STATE_FILE: Final = "state.pt"
 """The checkpoint's values other than the weights, in the ``torch`` checkpoint_io's format."""
@@ -49,30 +50,7 @@ WEIGHTS_KEYS: Final = ("model", "state_dict")
 """Where the weights are looked for when no ``weights_key`` is given: ``Lite.save``'s and the Trainer's names."""
 
 
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _install(partial: Path, target: Path) -> None:
-    """Move the finished ``partial`` directory to ``target``, replacing what was there."""
-    if target.exists() or target.is_symlink():
-        retired = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
-        os.replace(target, retired)
-        os.replace(partial, target)
-        if retired.is_dir() and not retired.is_symlink():
-            shutil.rmtree(retired)
-        else:
-            retired.unlink()
-    else:
-        os.replace(partial, target)
-    _fsync_directory(target.parent)
-
-
-class SafetensorsCheckpointIO:
+class SafetensorsCheckpointIO(DirectoryCheckpointIO):
     """Checkpoints as directories whose weights are Hugging Face's ``model.safetensors`` (or its shards).
 
     :param weights_key: The checkpoint entry holding the module's state dict. ``None``: ``"model"``, else
@@ -87,10 +65,7 @@ class SafetensorsCheckpointIO:
         unverified). ``False`` skips both.
     """
 
-    kind: Final = "checkpoint_io"
-    name: Final = "safetensors"
-    writes_shards: Final = True
-    """Strategies read this: every rank may call ``checkpoint_io_save`` with its shards of the state."""
+    name: ClassVar[str] = "safetensors"
 
     def __init__(self, weights_key: str | None = None, max_shard_size: int | str | None = None, writers: str = "all",
                  checksums: bool = True) -> None:
@@ -99,32 +74,10 @@ class SafetensorsCheckpointIO:
         if writers not in WRITERS:
             raise ConfigurationError(
                 f"SafetensorsCheckpointIO(writers={writers!r}): expected one of {list(WRITERS)}.")
-        if not isinstance(checksums, bool):
-            raise ConfigurationError(f"SafetensorsCheckpointIO(checksums={checksums!r}): expected True or False.")
+        super().__init__(checksums=checksums)
         self.weights_key = weights_key
         self.max_shard_size = None if max_shard_size is None else parse_size(max_shard_size)
         self.writers = writers
-        self.checksums = checksums
-        self._active: ActiveSet | None = None
-
-    @hookimpl
-    def core_attach(self, active: ActiveSet) -> None:
-        self._active = active
-
-    def _target(self, path: str) -> Path:
-        target = local_path(path)
-        if target is None:
-            raise ConfigurationError(
-                f"The 'safetensors' checkpoint_io writes to a local or shared filesystem path, got the URL {path!r}. "
-                f"Mount the storage, or use plugins=['torch'], which takes URLs."
-            )
-        return target
-
-    def _barrier(self, name: str) -> None:
-        if self._active is not None:
-            self._active.hook.strategy_barrier(name=name)
-        else:
-            dist.barrier()
 
     def _weights_key(self, checkpoint: dict[str, Any]) -> str | None:
         if self.weights_key is not None:
@@ -143,7 +96,7 @@ class SafetensorsCheckpointIO:
                 f"The 'safetensors' checkpoint_io takes no storage_options, got {storage_options!r}; configure it "
                 f"with SafetensorsCheckpointIO(max_shard_size=..., writers=...)."
             )
-        target = self._target(path)
+        target = self.local_target(path)
         key = self._weights_key(checkpoint)
         weights = check_weights(checkpoint[key], key) if key is not None else {}
         rest = {name: value for name, value in checkpoint.items() if name != key}
@@ -157,7 +110,7 @@ class SafetensorsCheckpointIO:
     def _save_alone(self, target: Path, key: str | None, weights: dict[str, torch.Tensor],
                     rest: dict[str, Any]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}.partial")
+        partial = self.partial_directory(target, collective=False)
         try:
             partial.mkdir()
             if key is not None:
@@ -171,14 +124,13 @@ class SafetensorsCheckpointIO:
 
     def _save_collective(self, target: Path, key: str | None, weights: dict[str, torch.Tensor],
                          rest: dict[str, Any]) -> None:
-        # One name every rank agrees on without a message; rank 0 clears what a crashed save left there.
-        partial = target.with_name(f".{target.name}.partial")
+        partial = self.partial_directory(target, collective=True)
         rank = dist.get_rank()
         if rank == 0:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir()
-        self._barrier("safetensors checkpoint: prepare")
+        self.barrier("safetensors checkpoint: prepare")
         if key is not None:
             write_weights(partial, weights, self.max_shard_size, self.writers)
             if rank == 0:
@@ -188,22 +140,22 @@ class SafetensorsCheckpointIO:
                 checkpoint=rest, path=str(partial / STATE_DIRECTORY), storage_options=None)
         elif (rest or key is None) and rank == 0:
             atomic_torch_save(rest, str(partial / STATE_FILE), checksum=self.checksums)
-        self._barrier("safetensors checkpoint: written")
+        self.barrier("safetensors checkpoint: written")
         if rank == 0:
             try:
                 self._finish(partial, target)
             finally:
                 shutil.rmtree(partial, ignore_errors=True)
-        self._barrier("safetensors checkpoint: installed")
+        self.barrier("safetensors checkpoint: installed")
 
     def _finish(self, partial: Path, target: Path) -> None:
         if self.checksums:
             seal_directory(partial, tensor_ranges(partial, str(target)))
-        _install(partial, target)
+        install_directory(partial, target)
 
     @hookimpl
     def checkpoint_io_load(self, path: str, map_location: Any | None, weights_only: bool) -> dict[str, Any]:
-        target = self._target(path)
+        target = self.local_target(path)
         if not target.exists():
             raise CheckpointError(f"No checkpoint at {path!r}: the directory does not exist.")
         device = self._device(map_location)
@@ -240,11 +192,3 @@ class SafetensorsCheckpointIO:
                 f"The 'safetensors' checkpoint_io takes a device as map_location, got {map_location!r}."
             )
         return str(torch.device(map_location))
-
-    @hookimpl
-    def checkpoint_io_remove(self, path: str) -> None:
-        target = self._target(path)
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        else:
-            target.unlink(missing_ok=True)

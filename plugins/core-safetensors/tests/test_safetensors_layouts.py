@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_script
 from core_safetensors import SafetensorsCheckpointIO, read_weights, save_weights
+from safetensors_jobs import run_script
 from safetensors_net import MAX_SHARD_SIZE, reference
 
 from core.checkpoint import convert
