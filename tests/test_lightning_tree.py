@@ -140,6 +140,18 @@ def test_accelerator_and_strategy_work_as_annotations_and_refuse_subclassing() -
             pass
 
 
+def test_the_type_names_programs_annotate_with_hold_for_torch_objects() -> None:
+    import torch
+    from core.lightning.pytorch.utilities.types import STEP_OUTPUT, OptimizerLRScheduler  # type: ignore[import-not-found]
+
+    optimizer = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    types = core.lightning.fabric.utilities.types  # the attribute path Lightning's build-your-own-trainer example uses
+    assert isinstance(optimizer, types.Optimizable) and isinstance(optimizer, types.Steppable)
+    assert isinstance(scheduler, types.LRScheduler) and not isinstance(scheduler, types.Optimizable)
+    assert STEP_OUTPUT is not None and OptimizerLRScheduler is not None
+
+
 def test_grad_norm_matches_torch() -> None:
     import torch
 

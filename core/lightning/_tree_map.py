@@ -20,6 +20,7 @@ from core.lightning._names import Entry, Target, Unsupported
 from core.lightning._tree import MODULES
 
 _H: Final = "core.lightning._helpers"
+_T: Final = "core.lightning._types"
 _DEMOS: Final = "core.lightning.pytorch.demos"
 _CLI: Final = "core.lightning.pytorch.cli"
 
@@ -62,6 +63,18 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
         "get_torchvision_model": Target(_H, "get_torchvision_model"),
     },
     "pytorch.utilities": {"grad_norm": Target(_H, "grad_norm")},
+    "fabric.utilities.types": {
+        name: Target(_T, name)
+        for name in ("CollectibleGroup", "LRScheduler", "Optimizable", "ProcessGroup", "RedOpType",
+                     "ReduceLROnPlateau", "ReduceOp", "Steppable", "UntypedStorage")
+    },
+    "pytorch.utilities.types": {
+        name: Target(_T, name)
+        for name in ("DistributedDataParallel", "EVAL_DATALOADERS", "LRSchedulerConfig", "LRSchedulerConfigType",
+                     "LRSchedulerPLType", "LRSchedulerType", "LRSchedulerTypeTuple", "LRSchedulerTypeUnion",
+                     "OptimizerConfig", "OptimizerLRScheduler", "OptimizerLRSchedulerConfig", "STEP_OUTPUT",
+                     "TRAIN_DATALOADERS")
+    },
     "pytorch.utilities.grads": {"grad_norm": Target(_H, "grad_norm")},
     "pytorch.utilities.imports": {"_TORCHVISION_AVAILABLE": Target(_H, "_TORCHVISION_AVAILABLE")},
     "fabric.loggers.tensorboard": {
@@ -200,10 +213,12 @@ def table(module: str) -> dict[str, Entry]:
         # core.lightning.pytorch.demos is a real package with Lightning's module layout and every name.
         return {name: Target(f"core.lightning.{module}", name) for name in MODULES[module]}
     named, area, fallback = NAMED.get(module, {}), _area(module), reason(module)
-    return {
+    entries = {
         name: named.get(name) or area.get(name) or EVERYWHERE.get(name) or fallback
         for name in MODULES.get(module, ())
     }
+    # NAMED may keep a name Lightning dropped that its own examples still use (fabric.utilities.types.LRScheduler).
+    return {**entries, **{name: entry for name, entry in named.items() if name not in entries}}
 
 
 def children(module: str) -> tuple[str, ...]:
