@@ -5,7 +5,7 @@
 #   scripts/setup.sh all PYTHON VENV CONTRIB...    `make setup-all`: the rest, for `make test` (contrib/*)
 #
 # `demo` creates the venv and installs torch (the pin in constraints.txt), core with its `examples` extra
-# (scikit-learn) and the first-party plugins, all editable: about 40 s with a warm pip cache. `all` adds core's
+# (scikit-learn) and the first-party plugins, all editable. `all` adds core's
 # `test` extra (pytest, mypy, ruff, the docs toolchain, MLflow, W&B), the engines under contrib/ (Ray, hivemind,
 # torchft, ...), Horovod's build, and the system packages: scripts/system-deps.sh (apt-get for SLURM, munge,
 # Open MPI) runs in the background while pip fills the venv, since neither uses the other and on a fresh machine
@@ -33,8 +33,10 @@ demo)
     # The build backend first: the editable installs below build with the venv's setuptools.
     "${pip[@]}" install --quiet --upgrade pip 'setuptools>=77'
     # torch from the pin in constraints.txt (an unpinned resolve would pull CUDA wheels), in the same resolve as the
-    # rest: one pip run costs a few seconds of index reading on its own.
-    pip_install torch -e '.[examples]' "${editable[@]}"
+    # rest: one pip run costs a few seconds of index reading on its own. --no-compile: pip's byte-compiling of every
+    # module it installs was most of the CPU time here (torch's alone: 26 s with it, 7 s without); the demo's
+    # imports compile what they use, and `all` compiles the rest before the tests.
+    pip_install --no-compile torch -e '.[examples]' "${editable[@]}"
     ;;
 all)
     system_log=$(mktemp -t core-system-deps.XXXXXX)
@@ -63,6 +65,10 @@ all)
     pip_install -e '.[examples,test]' "${editable[@]}"
     # Horovod has no wheel for torch 2.x: core-horovod builds its sdist once (C++17, -O1) and caches the wheel.
     if [ -d contrib/core-horovod ]; then "$venv/bin/python" -m core_horovod.install --if-missing; fi
+    # What `demo` installed uncompiled (torch, scipy, ...), compiled once for the test processes; like pip, a file
+    # that does not compile (some packages ship templates and Python 2 examples) is left as it is.
+    site_packages=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$venv/bin/python" -m compileall -q -j 0 "$site_packages" >/dev/null || true
     ;;
 *)
     echo "usage: scripts/setup.sh demo|all PYTHON VENV DIST..." >&2
