@@ -248,7 +248,8 @@ class CoreCLI:
     ``subclass_mode_*=True``, takes a class path from the command line or config), ``save_config_callback``
     (None writes no config), ``save_config_kwargs`` (``config_filename``, ``overwrite``, ``multifile``),
     ``trainer_defaults`` (defaults for ``--trainer.*``; ``callbacks`` are always added), ``seed_everything_default``
-    (True: a random seed, recorded in the saved config), ``parser_kwargs`` (for every parser, or per subcommand),
+    (True: seed_everything()'s own choice, recorded in the saved config), ``parser_kwargs`` (for every parser,
+    or per subcommand),
     ``args`` (None reads ``sys.argv``), ``run`` (False: no subcommands, only build ``self.model``,
     ``self.datamodule`` and ``self.trainer``) and ``auto_configure_optimizers``. Override
     :meth:`add_arguments_to_parser` to add or link arguments, and ``before_fit``/``after_fit`` (and likewise for
@@ -323,9 +324,10 @@ class CoreCLI:
             self._add_arguments(self.parser)
 
     def add_default_arguments_to_parser(self, parser: CoreArgumentParser) -> None:
-        """``--seed_everything``: True picks a random seed (recorded in the config), an int uses it, False none."""
+        """``--seed_everything``: True lets ``seed_everything()`` choose (the seed in ``CORE_GLOBAL_SEED``, else 0, as
+        Lightning's does with ``PL_GLOBAL_SEED``) and records it in the config; an int is the seed; False sets none."""
         parser.add_argument("--seed_everything", type=bool | int, default=self.seed_everything_default,
-                            help="Seed for every random generator: True picks one at random, False sets none.")
+                            help="Seed of every generator: an int, True (CORE_GLOBAL_SEED or 0) or False (none).")
 
     def add_core_arguments_to_parser(self, parser: CoreArgumentParser) -> None:
         """``--trainer.*``, ``--model.*`` and ``--data.*``."""
