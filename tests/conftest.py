@@ -150,6 +150,8 @@ HEAVY_FILES = {
     "tests/test_dist.py": 90.0,
     "tests/test_gpu_check.py": 40.0,
     "plugins/core-slurm/tests/test_slurm_preemption.py": 110.0,
+    "tests/test_template.py": 60.0,
+    "tests/test_conformance_kit.py": 40.0,
     "plugins/core-safetensors/tests/test_safetensors_layouts.py": 40.0,
 }
 DISTRIBUTED_TEST_COST = 3.0

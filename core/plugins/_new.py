@@ -204,8 +204,11 @@ def check_unclaimed(kind: str, name: str) -> None:
         alias for (known_kind, alias) in first_party() if known_kind == kind
     }
     suggestion = next(
-        candidate for candidate in (f"{name}{suffix}" for suffix in ("-mine", "-custom", "-2", "-3"))
-        if candidate not in aliases and _normalize("core-" + candidate.replace("_", "-")) not in normalized
+        (
+            candidate for candidate in (f"{name}{suffix}" for suffix in ("-mine", "-custom", "-2", "-3"))
+            if candidate not in aliases and _normalize("core-" + candidate.replace("_", "-")) not in normalized
+        ),
+        "another-name",
     )
     package = "core_" + name.replace("-", "_")
     if holders:

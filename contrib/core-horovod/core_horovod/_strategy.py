@@ -51,9 +51,10 @@ class HorovodStrategy:
     kind: Final = "strategy"
     name: Final = "horovod"
     supports: ClassVar[Supports] = Supports(
-        never={"accelerator": {"tpu", "mps"}, "checkpoint_io": {"distributed"}},
+        never={"accelerator": {"tpu", "mps"}, "checkpoint_io": {"distributed"}, "precision": {"bf16-true"}},
         hint="Horovod runs on CPUs and CUDA GPUs, and every rank holds the whole model: use the 'torch' or "
-        "'async' checkpoint_io.",
+        "'async' checkpoint_io. Its allreduce refuses bfloat16 tensors (the gradients of bf16-true); "
+        "bf16-mixed keeps them in float32.",
     )
 
     def __init__(
@@ -74,6 +75,7 @@ class HorovodStrategy:
         self._active: ActiveSet | None = None
         self._hvd: Any = None
         self._names: dict[int, str] = {}  # id(parameter) -> its name in the set-up modules
+        self._modules_set_up = 0
         self._passes = 0  # backward passes since the last optimizer step
 
     def unavailable_reason(self) -> str | None:
@@ -128,14 +130,18 @@ class HorovodStrategy:
             self._hvd.shutdown()
         self._hvd = None
         self._names.clear()
+        self._modules_set_up = 0
 
     # ---------------------------------------------------------------------------------- model, optimizer
 
     @hookimpl
     def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         self.hvd.broadcast_parameters(module.state_dict(), root_rank=0)
+        # Named afresh at each set-up, by the count of modules set up: the id of a parameter freed since may be
+        # reused by a new one on one rank and not on the other, and Horovod matches the ranks' tensors by name.
         for name, parameter in module.named_parameters():
-            self._names.setdefault(id(parameter), f"{len(self._names)}.{name}")
+            self._names[id(parameter)] = f"{self._modules_set_up}.{name}"
+        self._modules_set_up += 1
         return module
 
     @hookimpl
@@ -170,7 +176,9 @@ class HorovodStrategy:
                 f"gradients once every {self.backward_passes_per_step}. When you accumulate k batches (k - 1 of them "
                 "under lite.no_backward_sync), pass strategy=HorovodStrategy(backward_passes_per_step=k)."
             )
-        return self.active.hook.precision_backward(tensor=tensor, module=module)
+        if self.active.hook.precision_backward(tensor=tensor, module=module) is None:
+            tensor.backward()  # no precision implements the optional hook: plain PyTorch
+        return True
 
     @hookimpl
     def strategy_optimizer_step(self, optimizer: torch.optim.Optimizer, kwargs: Mapping[str, Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -29,11 +30,13 @@ def test_listing_shows_both_plugins_without_importing_torch_or_horovod() -> None
 
 def test_check_says_why_horovod_is_unusable_when_it_is_missing_and_how_to_install_it() -> None:
     # Hide the installed Horovod the way a machine without it looks: the import fails.
-    code = "import sys; sys.modules['horovod'] = None; from core.plugins import main; main(['--check'])"
+    code = "import sys; sys.modules['horovod'] = None; from core.plugins import main; main(['--check', '--json'])"
     finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    line = next(line for line in finished.stdout.splitlines() if line.startswith("strategy") and "horovod" in line)
-    assert "unavailable: Horovod with PyTorch support is not importable" in line
-    assert "install it: python -m core_horovod.install" in line
+    row = next(row for row in json.loads(finished.stdout)["plugins"] if (row["kind"], row["alias"]) == (
+        "strategy", "horovod"))
+    assert row["check"] == "unavailable"
+    assert "Horovod with PyTorch support is not importable" in row["check_reason"]
+    assert "install it: python -m core_horovod.install" in row["check_reason"]
 
 
 def test_the_environment_claims_horovodrun_ranks_and_gives_the_launchers_process_count(

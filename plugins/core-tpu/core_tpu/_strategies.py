@@ -48,7 +48,9 @@ class SingleXLAStrategy(SingleDeviceStrategy):
 
     @hookimpl
     def strategy_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> bool:
-        return bool(self.active.hook.precision_backward(tensor=tensor, module=module))
+        if self.active.hook.precision_backward(tensor=tensor, module=module) is None:
+            tensor.backward()  # no precision implements the optional hook: plain PyTorch
+        return True
 
     @hookimpl
     def strategy_optimizer_step(self, optimizer: torch.optim.Optimizer, kwargs: Mapping[str, Any]) -> Any:
