@@ -101,8 +101,89 @@ def test_a_broken_link_or_reference_fails_the_strict_build(tmp_path: Path, conte
         if isinstance(plugin, dict) and "mkdocstrings" in plugin:
             python = plugin["mkdocstrings"]["handlers"]["python"]
             python["paths"] = [str(ROOT / path) for path in python["paths"]]
+            options = python["options"]
+            options["extensions"] = [str(ROOT / extension) for extension in options.get("extensions", [])]
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
     result = build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert named in output, output[-3000:]
+
+
+RAW_ROLE = re.compile(
+    r":(?:py:)?(?:class|func|meth|attr|data|exc|mod|obj|const):`?|:param\b|:returns?:|:raises\b|:rtype:"
+)
+
+
+@pytest.mark.timeout(360)
+def test_no_page_shows_a_raw_sphinx_role(site: Path) -> None:
+    # The docstrings' roles are turned into links or code (scripts/griffe_sphinx_roles.py on the API pages,
+    # scripts/sphinx_roles.py for the generated docs/hooks.md).
+    found = {}
+    for page in sorted(site.rglob("*.html")):
+        hits = RAW_ROLE.findall(page.read_text())
+        if hits:
+            found[str(page.relative_to(site))] = sorted(set(hits))
+    assert not found, found
+    ddp = (site / "api" / "core_ddp" / "index.html").read_text()
+    # `DDPStrategy` in a docstring is a link to its entry, the base class in core.toolkit a link to its page.
+    assert 'href="#core_ddp.DDPStrategy"' in ddp
+    assert re.search(r'href="[./]*api/toolkit/#core\.toolkit\.strategies\.ParallelStrategy"', ddp) or \
+        'href="../toolkit/#core.toolkit.strategies.ParallelStrategy"' in ddp
+
+
+def api_ids(site: Path) -> set[str]:
+    pages = (site / "api").rglob("*.html")
+    return {found for page in pages for found in re.findall(r'\bid="([\w.]+)"', page.read_text())}
+
+
+@pytest.mark.timeout(360)
+def test_public_names_are_documented_under_their_public_path(site: Path) -> None:
+    import core
+
+    ids = api_ids(site)
+    private = sorted(anchor for anchor in ids if any(part.startswith("_") and not part.startswith("__")
+                                                       for part in anchor.split(".")))
+    assert not private, f"documented under a private path: {private}"
+    for name in ("CoreError", "ConfigurationError", "ActiveSet", "resolve", "ResolvedConfig", "Catalog", "Lite"):
+        assert f"core.{name}" in ids and hasattr(core, name), name
+    text = text_of(site / "api" / "core" / "index.html")
+    assert "core._errors" not in text and "core.registry._" not in text
+
+
+FIRST_PARTY = ROOT / "plugins"
+
+
+def first_party_classes() -> list[tuple[str, str]]:
+    """(module, class name) of every class each first-party plugin under plugins/ exports."""
+    import importlib
+    import inspect
+
+    classes = []
+    for directory in sorted(FIRST_PARTY.iterdir()):
+        module_name = directory.name.replace("-", "_")
+        if not (directory / module_name / "__init__.py").exists():
+            continue
+        module = importlib.import_module(module_name)
+        classes += [(module_name, name) for name in getattr(module, "__all__", [])
+                    if inspect.isclass(getattr(module, name)) and not issubclass(getattr(module, name), BaseException)]
+    return classes
+
+
+@pytest.mark.timeout(360)
+def test_every_first_party_plugin_class_is_documented_with_its_hooks(site: Path) -> None:
+    from core._markers import PROJECT_NAME
+
+    ids = api_ids(site)
+    missing = []
+    for module_name, class_name in first_party_classes():
+        path = f"{module_name}.{class_name}"
+        if path not in ids:
+            missing.append(path)
+            continue
+        cls = getattr(__import__(module_name), class_name)
+        hooks = [name for name in dir(cls) if hasattr(getattr(cls, name, None), f"{PROJECT_NAME}_impl")]
+        missing += [f"{path}.{hook}" for hook in hooks if f"{path}.{hook}" not in ids]
+    assert not missing, f"not on the API pages: {missing}"
+    for member in ("active", "communicator", "strategy_launch", "strategy_configure_ddp", "strategy_reduce"):
+        assert f"core_ddp.DDPStrategy.{member}" in ids, member

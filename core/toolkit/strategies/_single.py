@@ -41,6 +41,7 @@ class SingleDeviceStrategy:
 
     @property
     def active(self) -> ActiveSet:
+        """The run's active set (its config, cluster, device and the other plugins' hooks), from ``core_attach``."""
         if self._active is None:
             raise ConfigurationError(f"The strategy {self.name!r} is used before it was resolved into a run.")
         return self._active
