@@ -74,14 +74,16 @@ class ForkServer:
         reply: dict[str, Any] = json.loads(line)
         return reply
 
-    def run(self, arguments: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-        """``python ARGUMENTS`` in ``cwd`` with the programs' environment, output captured, as ``subprocess.run``."""
+    def run(self, arguments: list[str], cwd: Path, timeout: float,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """``python ARGUMENTS`` in ``cwd`` with the programs' environment (and ``env``), output captured, as
+        ``subprocess.run``."""
         assert self.process.stdin is not None
         self.runs += 1  # the output files sit beside the server's log, never in a directory a program looks at
         name = f"{self.runs}-{Path(arguments[0]).stem}"
         stdout, stderr = self.log.with_name(f"{name}.out"), self.log.with_name(f"{name}.err")
-        request = {"argv": arguments, "cwd": str(cwd), "env": program_environment(), "stdout": str(stdout),
-                   "stderr": str(stderr)}
+        request = {"argv": arguments, "cwd": str(cwd), "env": {**program_environment(), **(env or {})},
+                   "stdout": str(stdout), "stderr": str(stderr)}
         deadline = time.monotonic() + timeout
         self.process.stdin.write((json.dumps(request) + "\n").encode())
         pid = self._reply(deadline)["pid"]
