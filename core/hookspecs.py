@@ -386,9 +386,10 @@ def strategy_backward(tensor: torch.Tensor, module: torch.nn.Module | None) -> b
     :param module: The set-up module the loss came from, when known.
     :return: ``True`` once handled.
 
-    Implemented by strategies; most delegate to :func:`precision_backward` through
-    ``active.hook``, strategies that own an engine (DeepSpeed) call the engine. Called on every
-    ``Lite.backward``. Stops at first non-None result.
+    Implemented by strategies; most call :func:`precision_backward` through ``active.hook`` and run
+    ``tensor.backward()`` themselves when it returns ``None``: the hook is optional, and an
+    implementation returns ``True``. Strategies that own an engine (DeepSpeed) call the engine. Called
+    on every ``Lite.backward``. Stops at first non-None result.
     """
 
 
