@@ -253,3 +253,28 @@ def test_c10_transformer_language_model(server: ForkServer, tmp_path: Path, devi
     assert len(val) == 2 and val[1] < val[0]
     (_, test_loss), = scalars(version, "test_loss")
     assert test_loss < val[0]  # after 20 steps, below the loss after 10
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """``(width, height)`` from a PNG file's header (its signature checked)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", f"{path} is not a PNG file"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+def test_c09_autoencoder_with_lightning_cli_and_an_image_callback(server: ForkServer, tmp_path: Path,
+                                                                  devices: int) -> None:
+    output = run(server, "c09_autoencoder.py", tmp_path, devices, "--trainer.max_epochs=1",
+                 "--trainer.limit_train_batches=40", "--trainer.limit_val_batches=8", "--trainer.limit_test_batches=8",
+                 "--trainer.limit_predict_batches=2", "--trainer.enable_progress_bar=false")
+    # ImageSampler (trainer_defaults' callback, rank zero only) saved the originals and the reconstructions:
+    # 3 images of 28x28 in a row, padded by 2.
+    assert png_size(tmp_path / "grid_ori_0.png") == png_size(tmp_path / "grid_generated_0.png") == (92, 32)
+    version = tmp_path / "lightning_logs" / "version_0"
+    model = load_program("c09_autoencoder.py").LitAutoEncoder()
+    model.load_state_dict(checkpoint(version / "checkpoints" / "epoch=0-step=40.ckpt")["state_dict"])
+    (step, val_loss), = scalars(version, "val_loss_epoch")
+    (_, test_loss), = scalars(version, "test_loss_epoch")  # test(ckpt_path="best") after fit
+    assert step == 40 and 0 < val_loss < 1.0 and 0 < test_loss < 1.0
+    assert "tensor(" in output  # predictions[0] printed

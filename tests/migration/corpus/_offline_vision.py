@@ -10,14 +10,16 @@ an autoencoder can learn it. Images are uint8 tensors (H, W), as PIL images are 
 from __future__ import annotations
 
 import math
+import struct
 import sys
 import types
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["datasets", "transforms", "utils"]
+__all__ = ["_TORCHVISION_AVAILABLE", "datasets", "transforms", "utils"]
 
 _SIDE = 28
 _CLASSES = 10
@@ -87,16 +89,48 @@ class Compose:
         return value
 
 
-def make_grid(images: torch.Tensor, nrow: int = 8, padding: int = 2) -> torch.Tensor:
-    """``torchvision.utils.make_grid`` for a batch (B, C, H, W): the images tiled ``nrow`` to a row."""
+def make_grid(tensor: torch.Tensor, nrow: int = 8, padding: int = 2, normalize: bool = False,
+              value_range: tuple[float, float] | None = None, scale_each: bool = False,
+              pad_value: float = 0.0) -> torch.Tensor:
+    """``torchvision.utils.make_grid`` for a batch (B, C, H, W): the images tiled ``nrow`` to a row, with
+    ``normalize`` shifting them into [0, 1] (by ``value_range``, or their own min and max)."""
+    images = tensor.detach().clone().float()
+    if normalize:
+        parts = list(images) if scale_each else [images]
+        for part in parts:
+            low, high = value_range if value_range is not None else (float(part.min()), float(part.max()))
+            part.clamp_(min=low, max=high).sub_(low).div_(max(high - low, 1e-5))
     count, channels, height, width = images.shape
-    rows = math.ceil(count / nrow)
-    grid = torch.zeros(channels, rows * (height + padding) + padding, nrow * (width + padding) + padding)
+    columns = min(nrow, count)
+    rows = math.ceil(count / columns)
+    grid = torch.full((channels, rows * (height + padding) + padding, columns * (width + padding) + padding),
+                      float(pad_value))
     for index in range(count):
-        row, column = divmod(index, nrow)
+        row, column = divmod(index, columns)
         top, left = padding + row * (height + padding), padding + column * (width + padding)
         grid[:, top:top + height, left:left + width] = images[index]
     return grid
+
+
+def save_image(tensor: torch.Tensor, fp: Any, **grid_options: Any) -> None:
+    """``torchvision.utils.save_image``: the grid of ``tensor`` as a greyscale PNG file (values in [0, 1])."""
+    grid = make_grid(tensor, **grid_options) if tensor.dim() == 4 else tensor
+    pixels = grid[0].mul(255).add(0.5).clamp(0, 255).to(torch.uint8)
+    height, width = pixels.shape
+    raw = b"".join(b"\x00" + bytes(row.tolist()) for row in pixels)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    with open(fp, "wb") as file:
+        file.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) +
+                   chunk(b"IEND", b""))
+
+
+#: What ``lightning.pytorch.utilities.imports._TORCHVISION_AVAILABLE`` answers where torchvision is installed: a
+#: program that guards its torchvision code with it imports this flag from here, with the stand-in.
+_TORCHVISION_AVAILABLE = True
 
 
 def _submodule(name: str, **members: Any) -> types.ModuleType:
@@ -110,5 +144,5 @@ def _submodule(name: str, **members: Any) -> types.ModuleType:
 
 datasets = _submodule("datasets", MNIST=MNIST)
 transforms = _submodule("transforms", ToTensor=ToTensor, Normalize=Normalize, Compose=Compose)
-utils = _submodule("utils", make_grid=make_grid)
+utils = _submodule("utils", make_grid=make_grid, save_image=save_image)
 
