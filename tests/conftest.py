@@ -138,6 +138,7 @@ def plugin_source(kind: str, alias: str) -> str:
 HEAVY_FILES = {
     "tests/test_bench_smoke.py": 150.0,
     "tests/migration/test_migration.py": 75.0,
+    "tests/migration/test_corpus.py": 150.0,
     "tests/test_doc_blocks.py": 120.0,
     "tests/test_docs_site.py": 60.0,
     "plugins/core-deepspeed/tests/test_deepspeed_training.py": 150.0,
