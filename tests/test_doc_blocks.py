@@ -1,6 +1,6 @@
 """Every code block of README.md and docs/*.md runs as printed, or says why not.
 
-The rules (CONTRIBUTING.md, "Code blocks in the docs", says the same for writers):
+The rules (CONTRIBUTING.md, "Writing docs", says the same for writers):
 
 * Every fence names its language. ``python``, ``bash``/``sh`` and ``console`` blocks are run; ``toml``,
   ``yaml`` and ``json`` blocks are parsed; anything else (``text``: output, file layouts, synopses) is shown only.
@@ -13,7 +13,8 @@ The rules (CONTRIBUTING.md, "Code blocks in the docs", says the same for writers
   block whose first line is ``# NAME.py`` (or ``# NAME.py: ...``) is saved as NAME.py; when a later shell block of
   the page runs that file, the block is only saved, else it runs too.
 * A console block runs its ``$ `` lines; a bash block runs as a ``bash -eo pipefail`` script. ``python``,
-  ``pytest`` and ``torchrun`` are this interpreter's.
+  ``pytest`` and ``torchrun`` are this interpreter's; ``pip``, ``make``, the schedulers and ``python -m pip`` are
+  stubs that fail (REFUSED): a block never changes the machine or the venv.
 
 Two pages run at once (each block starts up to two processes of its own); every block has BLOCK_TIMEOUT seconds.
 Some blocks' output is checked too (the README example's loss falls, the N-D examples' layout is what they say).
@@ -28,7 +29,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,7 +47,6 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<language>[^`\s
 DIRECTIVE = re.compile(r"^\s*<!--\s*(?P<name>fragment|run)\s*(?::\s*(?P<value>.*?))?\s*-->\s*$")
 SCRIPT_NAME = re.compile(r"^# (?P<name>[\w.-]+\.py)(?::.*)?$")
 TORCHRUN = re.compile(r"^torchrun (?P<processes>[1-9])$")
-# A rank or rendezvous left in this environment (a test run under torchrun) must not reach the blocks.
 # Commands a block must never run from the tests: they change this machine (the shared venv, the system) or need a
 # cluster. In a shell block each is a stub that fails, naming the block to mark as a fragment.
 REFUSED = ("pip", "pip3", "uv", "conda", "make", "sudo", "apt", "apt-get", "twine", "git", "docker", "kubectl",
@@ -57,6 +56,7 @@ echo "test_doc_blocks: '$(basename "$0") $*' is not run by the tests (it would c
 cluster): mark the block <!-- fragment: why -->" >&2
 exit 97
 """
+# A rank or rendezvous left in this environment (a test run under torchrun) must not reach the blocks.
 LAUNCH_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                     "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"}
 
@@ -229,7 +229,6 @@ class Runs:
     root: Path
     pages: list[str]
     futures: dict[str, Future[dict[str, Outcome]]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> ThreadPoolExecutor:
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="doc-blocks")
