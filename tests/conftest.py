@@ -140,7 +140,7 @@ HEAVY_FILES = {
     "tests/migration/test_migration.py": 75.0,
     "tests/migration/test_corpus.py": 150.0,
     "tests/test_doc_blocks.py": 120.0,
-    "tests/test_docs_site.py": 60.0,
+    "tests/test_docs_site.py": 30.0,
     "plugins/core-deepspeed/tests/test_deepspeed_training.py": 150.0,
     "contrib/core-ray/tests/test_ray_jobs.py": 100.0,
     "contrib/core-ray/tests/test_ray_conformance.py": 70.0,
