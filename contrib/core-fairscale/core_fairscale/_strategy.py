@@ -17,7 +17,6 @@ import functools
 import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
@@ -26,11 +25,13 @@ from fairscale.nn.data_parallel import ShardedDataParallel
 from fairscale.optim import OSS
 
 from core import ConfigurationError, CoreWarning, Supports, hookimpl
-from core.toolkit.strategies import ParallelStrategy, optimizer_step
+from core.toolkit.strategies import ParallelOptions, ParallelStrategy, optimizer_step
 
 from ._optimizer import ShardedOptimizer
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from core import ActiveSet
 
 REDUCE_BUFFER_SIZE_MULTI_NODE: Final = 2**23
@@ -72,11 +73,10 @@ class DDPShardedStrategy(ParallelStrategy):
     :param warn_on_trainable_params_changed: Log when such a change is noticed.
     :param broadcast_fp16: Let ``OSS`` broadcast the updated parameters in float16; by default only under
         ``16-mixed`` across nodes, as Lightning chose.
-    :param process_group_backend: ``"gloo"``, ``"nccl"``, ...; by default the accelerator's choice.
-    :param timeout: How long a collective may wait for the other ranks before failing.
-    :param start_method: ``"popen"`` (``ddp_sharded``: run the script again as the other ranks) or ``"spawn"``,
-        ``"fork"``, ``"forkserver"`` (``ddp_sharded_spawn``: ``torch.multiprocessing``).
-    :param name: The alias reported in messages; derived from ``start_method`` when not given.
+    :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
+        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`). ``start_method="popen"`` (the
+        default) is ``ddp_sharded``: the script runs again as the other ranks; ``"spawn"``, ``"fork"`` or
+        ``"forkserver"`` is ``ddp_sharded_spawn`` (``torch.multiprocessing``), the name when none is given.
 
     Gradient clipping: each rank holds the gradients of its own parameters only, so clip with the optimizer's
     ``clip_grad_norm(max_norm)`` (FairScale's, which combines the ranks' norms), not ``Lite.clip_gradients``.
@@ -99,16 +99,11 @@ class DDPShardedStrategy(ParallelStrategy):
         auto_refresh_trainable: bool = True,
         warn_on_trainable_params_changed: bool = True,
         broadcast_fp16: bool | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta | float = timedelta(minutes=30),
-        start_method: str = "popen",
-        *,
-        name: str | None = None,
+        **options: Unpack[ParallelOptions],
     ) -> None:
-        super().__init__(
-            process_group_backend=process_group_backend, timeout=timeout, start_method=start_method,
-            name=name or ("ddp_sharded" if start_method == "popen" else "ddp_sharded_spawn"),
-        )
+        spawned = options.get("start_method", "popen") != "popen"
+        options["name"] = options.get("name") or ("ddp_sharded_spawn" if spawned else "ddp_sharded")
+        super().__init__(**options)
         owner = type(self).__name__
         if reduce_buffer_size is not None and (
             isinstance(reduce_buffer_size, bool) or not isinstance(reduce_buffer_size, int) or reduce_buffer_size < 0

@@ -66,7 +66,13 @@ from core.toolkit.strategies._launchers import (
     ScriptLauncher,
     failing,
 )
-from core.toolkit.strategies._parallel import START_METHODS, ParallelOptions, ParallelStrategy, forget_mesh_groups
+from core.toolkit.strategies._parallel import (
+    DATA_PARALLEL,
+    START_METHODS,
+    ParallelOptions,
+    ParallelStrategy,
+    forget_mesh_groups,
+)
 from core.toolkit.strategies._rendezvous import JOB_VARIABLE, RendezvousError
 from core.toolkit.strategies._sharded import ShardedStrategy
 from core.toolkit.strategies._sharding import (
@@ -82,6 +88,7 @@ from core.toolkit.strategies._single import REDUCE_OPS, SingleDeviceStrategy, ch
 from core.toolkit.strategies._steps import optimizer_step
 
 __all__ = [
+    "DATA_PARALLEL",
     "JOB_VARIABLE",
     "REDUCE_OPS",
     "SHARDED_MODULES",

@@ -58,6 +58,9 @@ class ParallelOptions(TypedDict, total=False):
     name: str | None
 
 
+DATA_PARALLEL: Final = "data_parallel"
+"""The name of the data-parallel dimension of a device mesh (Lightning's): the samplers split the data along it."""
+
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 """``popen`` re-runs the script as the other ranks; the others start them with ``torch.multiprocessing``."""
 
@@ -236,8 +239,21 @@ class ParallelStrategy(SingleDeviceStrategy):
     @hookimpl
     def strategy_setup_environment(self) -> None:
         self._precision_backward = self.active.bind("precision_backward")
+        self._communicator = Communicator(self.active.cluster.global_rank, self.timeout)
+        self._set_up_process_group()
+        with self.communicator.guard("init_device_mesh"):
+            mesh = self.build_mesh()
+        if mesh is not None:
+            self._mesh = mesh
+
+    def build_mesh(self) -> DeviceMesh | None:
+        """The run's ``DeviceMesh``, built once the process group exists (default: none; a subclass that lays its
+        ranks out on a mesh returns it). Kept as :attr:`_mesh`; a mesh with a ``"data_parallel"`` dimension decides
+        the samplers' replicas (:data:`DATA_PARALLEL`)."""
+        return None
+
+    def _set_up_process_group(self) -> None:
         cluster = self.active.cluster
-        self._communicator = Communicator(cluster.global_rank, self.timeout)
         backend = self.process_group_backend or self.active.hook.accelerator_process_group_backend() or "gloo"
         if dist.is_initialized() and SHARDED_MODULES.holds_group:
             # The group an earlier run kept for the modules it left sharded: adopted if it is this run's layout.
@@ -359,6 +375,11 @@ class ParallelStrategy(SingleDeviceStrategy):
 
     @hookimpl
     def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        mesh = self._mesh
+        if mesh is not None and DATA_PARALLEL in (mesh.mesh_dim_names or ()):
+            # The ranks of one replica (a tensor- or pipeline-parallel group) must see the same batch.
+            data_parallel = mesh[DATA_PARALLEL]
+            return {"num_replicas": data_parallel.size(), "rank": data_parallel.get_local_rank()}
         cluster = self.active.cluster
         return {"num_replicas": cluster.world_size, "rank": cluster.global_rank}
 

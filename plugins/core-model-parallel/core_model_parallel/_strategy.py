@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from itertools import chain
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, TypeAlias
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
@@ -143,18 +143,9 @@ class ModelParallelStrategy(ShardedStrategy):
         self._shape = None
         _ = self.mesh_shape  # sizes that cannot fit the world size fail now, before any process starts
 
-    @hookimpl
-    def strategy_setup_environment(self) -> None:
-        super().strategy_setup_environment()
-        device = self.active.device or torch.device("cpu")
-        with self.communicator.guard("init_device_mesh"):
-            self._mesh = self.mesh_shape.build(device.type)
-
-    @hookimpl
-    def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
-        # The ranks of one replica (a tensor-parallel group) must see the same batch.
-        data_parallel = self.device_mesh[DATA_PARALLEL]
-        return {"num_replicas": data_parallel.size(), "rank": data_parallel.get_local_rank()}
+    def build_mesh(self) -> DeviceMesh:
+        """The 2-D mesh of :attr:`mesh_shape`; the samplers split the data along its ``data_parallel`` dimension."""
+        return self.mesh_shape.build((self.active.device or torch.device("cpu")).type)
 
     # -- model ----------------------------------------------------------------------------------------
 

@@ -203,18 +203,9 @@ class PipelineStrategy(ParallelStrategy):
         _ = self.mesh_shape
         return super().strategy_launch(function, args, kwargs)
 
-    @hookimpl
-    def strategy_setup_environment(self) -> None:
-        super().strategy_setup_environment()
-        device = self.active.device or torch.device("cpu")
-        with self.communicator.guard("init_device_mesh"):
-            self._mesh = self.mesh_shape.build(device.type)
-
-    @hookimpl
-    def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
-        # Every stage of one pipeline sees the same batch: the first stage its inputs, the last its targets.
-        data_parallel = self.device_mesh[DATA_PARALLEL]
-        return {"num_replicas": data_parallel.size(), "rank": data_parallel.get_local_rank()}
+    def build_mesh(self) -> DeviceMesh:
+        """The 2-D mesh of :attr:`mesh_shape`; the samplers split the data along its ``data_parallel`` dimension."""
+        return self.mesh_shape.build((self.active.device or torch.device("cpu")).type)
 
     # -- model ----------------------------------------------------------------------------------------
 
