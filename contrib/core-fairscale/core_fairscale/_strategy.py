@@ -25,7 +25,7 @@ from fairscale.nn.data_parallel import ShardedDataParallel
 from fairscale.optim import OSS
 
 from core import ConfigurationError, CoreWarning, Supports, hookimpl
-from core.toolkit.strategies import ParallelOptions, ParallelStrategy, optimizer_step
+from core.toolkit.strategies import ParallelOptions, ParallelStrategy, optimizer_step, set_up_part
 
 from ._optimizer import ShardedOptimizer
 
@@ -234,13 +234,7 @@ class DDPShardedStrategy(ParallelStrategy):
 
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
-        wrapped = next((sub for sub in module.modules() if isinstance(sub, ShardedDataParallel)), None)
-        if wrapped is None:
-            raise ConfigurationError(
-                f"no_backward_sync needs a module set up by the {self.alias!r} strategy, but {type(module).__name__} "
-                f"is not wrapped in ShardedDataParallel; pass the module that lite.setup(model, optimizer) returned."
-            )
-        context: AbstractContextManager[None] = wrapped.no_sync()
+        context: AbstractContextManager[None] = set_up_part(module, ShardedDataParallel, self.alias).no_sync()
         return context
 
     # -- steps ----------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ import torch
 
 from core import ConfigurationError, Supports, hookimpl
 from core.toolkit import bind_listener, check_whole, is_loopback, read_whole
-from core.toolkit.strategies import SingleDeviceStrategy
+from core.toolkit.strategies import SingleDeviceStrategy, set_up_part
 
 from . import _engine
 from ._ddp import FaultTolerantDDP
@@ -312,13 +312,7 @@ class TorchFTStrategy(SingleDeviceStrategy):
 
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
-        found = next((sub for sub in module.modules() if isinstance(sub, FaultTolerantDDP)), None)
-        if found is None:
-            raise ConfigurationError(
-                "no_backward_sync needs a module set up by strategy='torchft_ddp'; pass the module that setup() "
-                "returned."
-            )
-        return found.no_sync()
+        return set_up_part(module, FaultTolerantDDP, self.name).no_sync()
 
     @hookimpl
     def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:

@@ -2,7 +2,8 @@
 
 **The single-process reference.** :class:`SingleDeviceStrategy` is the ``single_device`` strategy: one process,
 one device. Its collective and checkpoint hooks are the reference every strategy class here extends;
-:func:`check_reduce_op` validates a ``reduce_op`` against :data:`REDUCE_OPS`.
+:func:`check_reduce_op` validates a ``reduce_op`` against :data:`REDUCE_OPS`; :func:`set_up_part` finds what a strategy
+made of a module at set-up (its wrapper, a sharded unit) or says the module was not set up by it.
 
 **Process-group strategies.** :class:`ParallelStrategy` is what every strategy of one process per device over a
 ``torch.distributed`` group needs, so that ddp, fsdp, deepspeed, model_parallel and pipeline (and yours) derive from
@@ -84,7 +85,7 @@ from core.toolkit.strategies._sharding import (
     full_state_dict,
     gather_full_state,
 )
-from core.toolkit.strategies._single import REDUCE_OPS, SingleDeviceStrategy, check_reduce_op
+from core.toolkit.strategies._single import REDUCE_OPS, SingleDeviceStrategy, check_reduce_op, set_up_part
 from core.toolkit.strategies._steps import optimizer_step
 
 __all__ = [
@@ -119,4 +120,5 @@ __all__ = [
     "full_state_dict",
     "gather_full_state",
     "optimizer_step",
+    "set_up_part",
 ]

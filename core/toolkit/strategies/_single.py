@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import torch
 
@@ -103,3 +103,22 @@ class SingleDeviceStrategy:
     @hookimpl
     def strategy_load_checkpoint(self, path: str, weights_only: bool) -> dict[str, Any]:
         return self.active.hook.checkpoint_io_load(path=path, map_location="cpu", weights_only=weights_only)
+
+
+_Part = TypeVar("_Part")
+
+
+def set_up_part(module: torch.nn.Module, kind: type[_Part], alias: str, needed_by: str = "no_backward_sync") -> _Part:
+    """The first submodule of ``module`` (itself included) that is a ``kind``: what the strategy ``alias`` made of
+    it at set-up (a ``DistributedDataParallel`` wrapper, a ``fully_shard`` unit).
+
+    A module without one was not set up by that strategy: a :class:`core.ConfigurationError` says that
+    ``needed_by`` (the call that needs it) wants the module ``setup()`` returned.
+    """
+    found = next((sub for sub in module.modules() if isinstance(sub, kind)), None)
+    if found is None:
+        raise ConfigurationError(
+            f"{needed_by} needs a module set up by the {alias!r} strategy, but {type(module).__name__} is not wrapped "
+            f"in {kind.__name__} and holds none; pass the module that setup() / setup_module() returned."
+        )
+    return found

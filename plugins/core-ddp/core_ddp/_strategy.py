@@ -22,7 +22,7 @@ import torch.distributed.nn.functional
 from torch.nn.parallel import DistributedDataParallel
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit.strategies import ParallelStrategy
+from core.toolkit.strategies import ParallelStrategy, set_up_part
 
 
 class DDPStrategy(ParallelStrategy):
@@ -134,11 +134,4 @@ class DDPStrategy(ParallelStrategy):
 
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
-        wrapped = next((sub for sub in module.modules() if isinstance(sub, DistributedDataParallel)), None)
-        if wrapped is None:
-            raise ConfigurationError(
-                f"no_backward_sync needs a module set up by the {self.alias!r} strategy, but "
-                f"{type(module).__name__} is not wrapped in DistributedDataParallel; pass the module that "
-                f"setup() / setup_module() returned."
-            )
-        return wrapped.no_sync()
+        return set_up_part(module, DistributedDataParallel, self.alias).no_sync()

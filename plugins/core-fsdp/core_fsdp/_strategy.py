@@ -32,7 +32,13 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit.strategies import SHARDED_MODULES, ParallelOptions, ShardedStrategy, accept_whole_tensors
+from core.toolkit.strategies import (
+    SHARDED_MODULES,
+    ParallelOptions,
+    ShardedStrategy,
+    accept_whole_tensors,
+    set_up_part,
+)
 
 from ._wrap import AutoWrapPolicy, predicate, shard
 
@@ -188,13 +194,7 @@ class FSDPStrategy(ShardedStrategy):
 
     @hookimpl
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
-        root = next((sub for sub in module.modules() if isinstance(sub, FSDPModule)), None)
-        if root is None:
-            raise ConfigurationError(
-                f"no_backward_sync needs a module set up by the {self.alias!r} strategy, but "
-                f"{type(module).__name__} holds no fully_shard unit; pass the module that setup() returned."
-            )
-        return _without_gradient_sync(root)
+        return _without_gradient_sync(set_up_part(module, FSDPModule, self.alias))
 
 
 @contextmanager
