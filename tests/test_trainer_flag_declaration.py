@@ -104,7 +104,17 @@ def test_help_lists_every_flag_with_its_line() -> None:
         assert f":param {flag.name}: {flag.doc}" in doc
 
 
-def test_lightning_trainer_is_the_trainer_so_its_flags_are_the_declaration() -> None:
-    # core.lightning maps Lightning's Trainer to core's class itself (no renamed flags): its flags are FLAGS.
-    assert core.lightning.Trainer is core.Trainer is Trainer
-    assert core.lightning.pytorch.Trainer is Trainer
+def test_lightning_trainer_takes_the_trainers_flags_so_they_are_the_declaration() -> None:
+    # core.lightning's Trainer is core's with Lightning's default logger and layout (core/lightning/_trainer.py): it
+    # declares no flag of its own and passes every one, by position or name, to core's __init__.
+    assert core.lightning.Trainer is core.lightning.pytorch.Trainer
+    assert issubclass(core.lightning.Trainer, Trainer) and core.Trainer is Trainer
+    assert not {flag.name for flag in FLAGS} & set(vars(core.lightning.Trainer)), "a flag redeclared by Lightning's"
+    positional = [flag.default for flag in FLAGS]  # every flag by position, as Lightning's signature orders them
+    lightning, native = core.lightning.Trainer(*positional), Trainer(*positional)
+
+    def plain(trainer: Trainer) -> dict[str, Any]:
+        values = {flag.name: getattr(trainer.config, flag.name, None) for flag in FLAGS}
+        return {name: value for name, value in values.items() if isinstance(value, (str, int, float, type(None)))}
+
+    assert plain(lightning) == plain(native) and len(plain(native)) > 10
