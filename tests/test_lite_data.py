@@ -151,14 +151,42 @@ class EveryOther(torch.utils.data.Sampler[int]):
         return 5
 
 
-def test_custom_samplers_and_subclasses_cannot_be_split_and_say_what_to_do() -> None:
+class Unsized(torch.utils.data.Sampler[int]):
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(0, 10, 2))
+
+
+def test_a_custom_sampler_is_kept_and_each_rank_reads_its_share_of_what_it_yields() -> None:
+    # As Lightning Fabric's DistributedSamplerWrapper: the sampler's indices, every num_replicas-th from the rank.
+    def check(lite: core.Lite) -> list[int]:
+        loader = lite.setup_dataloaders(DataLoader(dataset(), sampler=EveryOther(), batch_size=1))
+        return [int(batch[1]) for batch in loader]
+
+    assert launch(check, strategy=SplittingStrategy(rank=0)) == [0, 4, 8]
+    assert launch(check, strategy=SplittingStrategy(rank=1)) == [2, 6, 0]  # padded to equal shares, as torch's
+
+
+def test_a_subset_random_sampler_is_split_without_overlap_and_redrawn_each_epoch() -> None:
+    def check(lite: core.Lite) -> list[list[int]]:
+        generator = torch.Generator().manual_seed(3)  # the same draw on both ranks, as a seeded program's
+        sampler = torch.utils.data.SubsetRandomSampler(list(range(2, 10)), generator=generator)
+        loader = lite.setup_dataloaders(DataLoader(dataset(), sampler=sampler, batch_size=1))
+        return [[int(batch[1]) for batch in loader] for _ in range(2)]
+
+    first, second = launch(check, strategy=SplittingStrategy(rank=0)), launch(check, strategy=SplittingStrategy(rank=1))
+    for epoch in range(2):
+        assert sorted(first[epoch] + second[epoch]) == list(range(2, 10))  # every index of the subset, once
+    assert first[0] != first[1]  # the sampler draws again each epoch
+
+
+def test_unsized_samplers_and_subclasses_cannot_be_split_and_say_what_to_do() -> None:
     class MyLoader(DataLoader[Any]):
         pass
 
     def check(lite: core.Lite) -> None:
         with pytest.raises(core.ConfigurationError) as error:
-            lite.setup_dataloaders(DataLoader(dataset(), sampler=EveryOther()))
-        assert "custom sampler EveryOther" in str(error.value)
+            lite.setup_dataloaders(DataLoader(dataset(), sampler=Unsized()))
+        assert "custom sampler Unsized, which has no length" in str(error.value)
         assert "use_distributed_sampler=False" in str(error.value)
         with pytest.raises(core.ConfigurationError, match=r"cannot add a distributed sampler to a .*MyLoader"):
             lite.setup_dataloaders(MyLoader(dataset()))

@@ -192,25 +192,15 @@ def test_c04_fabric_image_classifier(server: ForkServer, tmp_path: Path, devices
     assert net.eval()(images).shape == (8, 10)
 
 
-def test_c05_fabric_kfold_cv(server: ForkServer, tmp_path: Path) -> None:
-    output = run(server, "c05_fabric_kfold_cv.py", tmp_path, 1, "--epochs", "1", "--folds", "2", "--dry-run",
+@pytest.mark.parametrize("devices", DEVICES)
+def test_c05_fabric_kfold_cv(server: ForkServer, tmp_path: Path, devices: int) -> None:
+    # On 2 processes the folds' SubsetRandomSampler is split as Fabric splits it (DistributedSamplerWrapper).
+    output = run(server, "c05_fabric_kfold_cv.py", tmp_path, devices, "--epochs", "1", "--folds", "2", "--dry-run",
                  "--save-model")
     assert "For fold: 0 Validation set" in output and "For fold: 1 Validation set" in output
     assert "Epoch 1 - Average acc:" in output
     net = load_program("c05_fabric_kfold_cv.py").Net()
     net.load_state_dict(torch.load(tmp_path / "mnist_cnn.pt", weights_only=True))
-
-
-@pytest.mark.distributed
-def test_c05_fabric_kfold_cv_on_two_processes_is_refused_with_the_fix(server: ForkServer, tmp_path: Path) -> None:
-    # A remaining difference (README.md): Fabric wraps the folds' SubsetRandomSampler in a DistributedSamplerWrapper;
-    # Lite refuses to split a DataLoader with a custom sampler and says what to do instead.
-    script = [str(Path(core.run.__file__)), "--accelerator", "cpu", "--devices", "2",
-              str(CORPUS / "c05_fabric_kfold_cv.py"), "--epochs", "1", "--folds", "2", "--dry-run"]
-    finished = server.run(script, tmp_path, 240)
-    assert finished.returncode == 1
-    assert "cannot split a DataLoader with the custom sampler SubsetRandomSampler" in finished.stderr
-    assert "use_distributed_sampler=False" in finished.stderr
 
 
 # --------------------------------------------------------------- needing core.lightning's demos, CLI and module tree
