@@ -401,8 +401,8 @@ def strategy_optimizer_step(optimizer: torch.optim.Optimizer, kwargs: Mapping[st
     :param kwargs: Keyword arguments for ``optimizer.step`` (a ``closure``).
     :return: What the step returned.
 
-    Optional: without it the run's precision steps the optimizer. A strategy that implements it (to
-    synchronise first, or to mark a step) steps through
+    Implemented by strategies that must act around the step (optional: without it the run's precision steps
+    the optimizer). A strategy that implements it (to synchronise first, or to mark a step) steps through
     ``core.toolkit.strategies.optimizer_step(self.active, optimizer, **kwargs)``, which runs
     :func:`precision_optimizer_step` where the precision implements it and ``optimizer.step()``
     otherwise, exactly once. Calling ``active.hook.precision_optimizer_step`` itself never steps with a

@@ -226,12 +226,15 @@ def test_two_ddp_processes_run_from_the_command_line_and_write_one_config(tmp_pa
     # Each rank runs the script (core's ddp launcher); rank zero looks for an earlier config.yaml and broadcasts.
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
+        import os
+
         from core.lightning.pytorch.cli import LightningCLI
         from core.lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
 
         if __name__ == "__main__":
             cli = LightningCLI(BoringModel, BoringDataModule)
-            print("rank", cli.trainer.global_rank, "steps", cli.trainer.global_step, flush=True)
+            # One write per line: both ranks share the pipe, and print() writes its pieces one by one unbuffered.
+            os.write(1, f"rank {cli.trainer.global_rank} steps {cli.trainer.global_step}\\n".encode())
     """))
     words = [sys.executable, str(script), "fit", "--trainer.accelerator=cpu", "--trainer.strategy=ddp",
              "--trainer.devices=2", "--trainer.max_steps=2", "--trainer.limit_val_batches=1",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -21,11 +22,14 @@ def test_listing_shows_the_strategy_without_importing_torch_or_hivemind() -> Non
 
 
 def test_check_says_why_hivemind_is_unusable_when_it_is_missing_and_how_to_install_it() -> None:
-    code = "import sys; sys.modules['hivemind'] = None; from core.plugins import main; main(['--check'])"
+    # The reason in full from --json: the table shortens long reasons below it (--check keeps 100 columns).
+    code = "import sys; sys.modules['hivemind'] = None; from core.plugins import main; main(['--check', '--json'])"
     finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    line = next(line for line in finished.stdout.splitlines() if line.startswith("strategy") and "hivemind" in line)
-    assert "unavailable: hivemind is not importable" in line
-    assert "install it: pip install 'hivemind>=1.1.12'" in line
+    rows = json.loads(finished.stdout)["plugins"]
+    row = next(row for row in rows if (row["kind"], row["alias"]) == ("strategy", "hivemind"))
+    assert row["check"] == "unavailable"
+    assert "hivemind is not importable" in row["check_reason"]
+    assert "install it: pip install 'hivemind>=1.1.12'" in row["check_reason"]
 
 
 def test_check_says_usable_when_hivemind_is_installed() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import ClassVar
@@ -26,11 +27,14 @@ def test_listing_shows_both_plugins_without_importing_torch_or_ray() -> None:
 
 
 def test_check_says_why_ray_is_unusable_when_it_is_missing_and_how_to_install_it() -> None:
-    code = "import sys; sys.modules['ray'] = None; from core.plugins import main; main(['--check'])"
+    # The reason in full from --json: the table shortens long reasons below it (--check keeps 100 columns).
+    code = "import sys; sys.modules['ray'] = None; from core.plugins import main; main(['--check', '--json'])"
     finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    line = next(line for line in finished.stdout.splitlines() if line.startswith("extension") and " ray " in line)
-    assert "unavailable: Ray is not importable" in line
-    assert "install it: pip install 'ray>=2.9'" in line
+    rows = json.loads(finished.stdout)["plugins"]
+    row = next(row for row in rows if (row["kind"], row["alias"]) == ("extension", "ray"))
+    assert row["check"] == "unavailable"
+    assert "Ray is not importable" in row["check_reason"]
+    assert "install it: pip install 'ray>=2.9'" in row["check_reason"]
 
 
 def test_a_run_with_ray_missing_fails_at_launch_naming_the_fix() -> None:

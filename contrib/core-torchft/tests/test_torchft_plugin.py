@@ -28,11 +28,14 @@ def test_listing_shows_the_strategy_without_importing_torch_or_torchft() -> None
 
 
 def test_check_says_why_torchft_is_unusable_when_it_is_missing_and_how_to_install_it() -> None:
-    code = "import sys; sys.modules['torchft'] = None; from core.plugins import main; main(['--check'])"
+    # The reason in full from --json: the table shortens long reasons below it (--check keeps 100 columns).
+    code = "import sys; sys.modules['torchft'] = None; from core.plugins import main; main(['--check', '--json'])"
     finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    line = next(line for line in finished.stdout.splitlines() if line.startswith("strategy") and "torchft_ddp" in line)
-    assert "unavailable: torchft is not importable" in line
-    assert f"install it: {INSTALL}" in line and INSTALL == "pip install 'torchft>=0.2'"
+    rows = json.loads(finished.stdout)["plugins"]
+    row = next(row for row in rows if (row["kind"], row["alias"]) == ("strategy", "torchft_ddp"))
+    assert row["check"] == "unavailable"
+    assert "torchft is not importable" in row["check_reason"]
+    assert f"install it: {INSTALL}" in row["check_reason"] and INSTALL == "pip install 'torchft>=0.2'"
 
 
 def test_a_run_with_torchft_missing_fails_naming_the_fix() -> None:

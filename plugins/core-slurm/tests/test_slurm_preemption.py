@@ -5,9 +5,12 @@ the time limit: the launcher and both of its ranks. The ranks agree on a step an
 75, and the batch script requeues the job on that status (docs/fault-tolerance.md); the requeued job runs the
 same command, which resumes. Its final weights are compared with an uninterrupted run's, bit for bit.
 
-The time-limit path is the same with no ``scancel``: ``sbatch --time=1 --signal=USR1@55`` asks SLURM itself to
-send ``SIGUSR1`` to every process of the job's steps 55 s before the one-minute limit. SLURM checks limits
-periodically, so the notice lands somewhere after 5 s of the job; the paced first run trains for longer than that.
+The time-limit path is the same with no ``scancel``: ``sbatch --signal=USR1@55`` asks SLURM itself to send
+``SIGUSR1`` to every process of the job's steps 55 s before the time limit. SLURM checks limits periodically (every
+30 s or so), so the warning can land at any moment of that window: once while the ranks were still importing torch,
+before any handler could exist, and a process without a handler dies of SIGUSR1 (CI met it). So the job starts with
+a 10-minute limit, and once it is training the test lowers it to one minute (``scontrol update TimeLimit=1``): the
+warning is then due, and SLURM sends it at its next check, well before the limit.
 """
 
 from __future__ import annotations
@@ -118,14 +121,16 @@ def test_time_limit_warning_signal_to_srun_core_run_saves_requeues_and_resumes_b
 ) -> None:
     out = tmp_path / "timed"
     script = tmp_path / "job.sh"
-    # Paced at 1 s a step, the first run would need 45 s: longer than SLURM takes to send the warning.
-    script.write_text(BATCH.format(pace=1.0, core_run=CORE_RUN, train=TRAIN, out=out))
+    # Paced at 2 s a step, the first run would need 90 s: longer than SLURM takes to send the warning.
+    script.write_text(BATCH.format(pace=2.0, core_run=CORE_RUN, train=TRAIN, out=out))
     uninterrupted = run_uninterrupted(slurm_cluster, tmp_path / "uninterrupted")
     job_id = slurm_cluster.sbatch(["--requeue", "--nodes=1", "--ntasks=1", "--job-name=core-run-time-limit",
-                                   "--time=1", "--signal=USR1@55", f"--output={tmp_path}/job-%j.out",
+                                   "--time=10", "--signal=USR1@55", f"--output={tmp_path}/job-%j.out",
                                    "--open-mode=append", str(script)])
     try:
-        # Nobody signals the job here: SLURM's time-limit warning stops the first run, which requeues itself.
+        wait_until(lambda: last_step(out) >= 3, 90, f"job {job_id} to train past step 3")
+        slurm_cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"], timeout=10)
+        # Nobody signals the job: SLURM's time-limit warning stops the first run, which requeues itself.
         wait_until(lambda: int(slurm_cluster.job(job_id).get("Restarts", "0")) >= 1, 120,
                    f"job {job_id} to be requeued after SLURM's time-limit warning")
         stopped_after = last_step(out)
