@@ -15,19 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Final
 
 from core import ConfigurationError, hookimpl
-from core.toolkit._storage import local_path
+from core.toolkit._storage import _fsync_directory, local_path
 
 if TYPE_CHECKING:
     from core import ActiveSet
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make the entries of ``directory`` (a rename into it, a new file) durable."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def install_directory(partial: Path, target: Path) -> None:
@@ -45,7 +36,7 @@ def install_directory(partial: Path, target: Path) -> None:
             retired.unlink()
     else:
         os.replace(partial, target)
-    fsync_directory(target.parent)
+    _fsync_directory(target.parent)
 
 
 class DirectoryCheckpointIO:
