@@ -406,6 +406,8 @@ def save_after_fit(lite: Lite, trainer: Trainer, module: Module, filepath: str, 
         step_module, *set_up = lite.setup(StepModule(module), *optimizers)
         trainer.run_state.step_module = step_module
         trainer.optimizers = set_up
+        if trainer.run_state.fit_precision_state:  # the fit's loss scale, not a fresh plugin's
+            lite._hooks.precision_load_state_dict(state=trainer.run_state.fit_precision_state)
         lite.save(filepath, saved_checkpoint_state(trainer, weights_only=weights_only))
     finally:
         module.trainer = None

@@ -54,6 +54,8 @@ class RunState:
     :param finished_fit: Where the latest entry point, if it was a ``fit`` that finished, ran: ``"here"`` (this
         process holds its optimizers: ``save_checkpoint`` can save the final state), ``"elsewhere"`` (processes
         of ``ddp_spawn``, which are gone); ``None`` otherwise.
+    :param fit_precision_state: The precision plugin's state at the end of that ``fit`` (a loss scaler's scale),
+        which ``save_checkpoint`` after it writes: its short run's precision plugin is a fresh one.
     """
 
     lite: Lite
@@ -75,3 +77,4 @@ class RunState:
     predict_epoch_batch_indices: list[list[list[int]]] = attrs.field(factory=list)
     predict_recorders: list[Any] = attrs.field(factory=list)
     finished_fit: str | None = None
+    fit_precision_state: dict[str, Any] | None = None

@@ -428,6 +428,7 @@ class Trainer:
         spawned = isinstance(outcome, Outcome)  # the run happened in other processes (ddp_spawn)
         if stage == "fit":
             self.run_state.finished_fit = "elsewhere" if spawned else "here"
+            self.run_state.fit_precision_state = None if spawned else lite._hooks.precision_state_dict()
         return outcome.apply(self, model) if spawned else outcome
 
     # ---------------------------------------------------------------------------------------------
