@@ -18,6 +18,7 @@ from bench.plot import plot_tokens
 # name -> (module, full-size argument, tiny argument)
 BENCHMARKS = {
     "overhead": ("bench.overhead", 400, 5),
+    "step_calls": ("bench.step_calls", 50, 5),
     "startup": ("bench.startup", 5, 1),
     "first_step": ("bench.first_step", 5, 1),
     "hooks": ("bench.hooks", 20000, 100),

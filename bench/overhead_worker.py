@@ -121,6 +121,49 @@ def alternate_blocks(raw_parts: Loop, framework_parts: Loop, steps: int, blocks:
     return samples
 
 
+def _calls(parts: Loop, steps: int) -> float:
+    """Python-level calls (Python functions and the builtins they call) per step of ``parts``, after a warm-up."""
+    import sys
+
+    calls = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        if event in ("call", "c_call"):
+            calls += 1
+
+    model, optimizer, loader, backward = parts
+    iterator = iter(loader)
+    for step in range(WARMUP + steps):
+        if step == WARMUP:
+            sys.setprofile(count)
+        features, labels = next(iterator)
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(features), labels)
+        backward(loss)
+        optimizer.step()
+    sys.setprofile(None)
+    return calls / steps
+
+
+def calls_per_step(steps: int) -> dict[str, float]:
+    """The raw loop's and Lite's Python-level calls per step, single process: a count, not a time, so it does not
+    move with the machine's load. What Lite adds (``lite - raw``) is its per-step overhead in work done."""
+    from core import Lite
+
+    counted: dict[str, float] = {}
+
+    def run(lite: Lite) -> None:
+        model = make_model()
+        model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.01))
+        loader = lite.setup_dataloaders(make_loader(steps, 1))
+        counted["lite"] = _calls((model, optimizer, loader, lite.backward), steps)
+        counted["raw"] = _calls(raw_loop(steps, 1, False), steps)
+
+    Lite(accelerator="cpu", strategy="single_device", devices=1).launch(run)
+    return counted
+
+
 def interleaved(steps: int, blocks: int, ddp: bool) -> None:
     """Lite against the raw loop in one job (:func:`alternate_blocks`); global rank 0 prints the samples."""
     from core import Lite

@@ -1,19 +1,28 @@
-"""``DiLoCoExtension``: DiLoCo around a DDP-family strategy, with ``wrapper=True`` hooks only.
+"""``DiLoCoExtension``: DiLoCo around the strategy of each group, with ``wrapper=True`` hooks only.
 
-The processes form a device mesh ``replicate x inner``: the ``inner`` dimension is a group that trains like plain
-data parallelism (the strategy's ``DistributedDataParallel``, moved onto the group's process group), the
-``replicate`` dimension joins each rank with its counterparts in the other groups, and only the outer
-synchronisation crosses it.
+The processes form a device mesh ``replicate x inner``: the ``inner`` dimension is a group that trains with the
+run's strategy over its own ranks, the ``replicate`` dimension joins each rank with its counterparts in the other
+groups, and only the outer synchronisation crosses it. Inside a group:
+
+- ``ddp`` (and its spawn/fork variants): the strategy's ``DistributedDataParallel`` moved onto the group's process
+  group (DDP has no notion of copies side by side);
+- ``fsdp``, ``model_parallel`` (any strategy whose ``supports_outer_replicas`` is true): the strategy itself runs
+  as copies side by side (``ParallelStrategy.replicate_outside``), sharding and parallelizing over its group's
+  ranks only.
 
 Hooks and what each adds:
 
-- ``strategy_setup_environment``: build the mesh once the world's process group exists.
-- ``strategy_configure_ddp``: let the strategy wrap the module (its DDP broadcasts rank 0's parameters to every
-  rank, so all groups start equal), then wrap the same module again over the ``inner`` group only.
+- ``strategy_setup_environment``: ask a sharded strategy for copies side by side before it builds its mesh; build
+  the extension's own mesh once the world's process group exists.
+- ``strategy_configure_ddp`` (ddp): let the strategy wrap the module (its DDP broadcasts rank 0's parameters to
+  every rank, so all groups start equal), then wrap the same module again over the ``inner`` group only. (fsdp and
+  model_parallel broadcast rank 0's parameters to every rank before sharding.)
 - ``strategy_setup_optimizer``: give the optimizer an :class:`OuterSync`, driven by its step hooks.
 - ``strategy_save_state`` / ``strategy_save_checkpoint`` / ``strategy_load_checkpoint``: finish a synchronisation
-  in flight; gather every group's state to the writing rank (their parameters and inner optimizers differ between
-  synchronisations) and give each group its own back on load.
+  in flight; keep every group's state in the checkpoint (their parameters and inner optimizers differ between
+  synchronisations) and give each group its own back on load. Global rank 0's group is the checkpoint itself, the
+  others ride along under ``"diloco_groups"``: gathered to rank 0 where one rank writes (ddp, a gathered sharded
+  state), written by each rank for its own shards under that key where every rank writes (a sharded checkpoint).
 - ``strategy_teardown``: finish what is in flight, unhook, and drop the mesh's groups.
 """
 
@@ -29,7 +38,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from core import ActiveSet, CheckpointError, ConfigurationError, hookimpl
 from core.toolkit import check_whole
-from core.toolkit.strategies import failing, forget_mesh_groups
+from core.toolkit.strategies import ParallelStrategy, ShardedStrategy, failing, forget_mesh_groups, gather_full_state
+from core.toolkit.tensors import named_tensors
 
 from ._options import DiLoCoOptions, OuterOptimizerFactory
 from ._sync import OuterSync, Traffic
@@ -80,6 +90,8 @@ class DiLoCoExtension:
         self.syncs: list[OuterSync] = []
         self.mesh: Any = None
         self.active: ActiveSet | None = None
+        self.copies: ParallelStrategy | None = None
+        """The strategy running as copies side by side (fsdp, model_parallel); ``None`` under ddp."""
 
     def __repr__(self) -> str:
         return f"DiLoCoExtension(replicas={self.replicas}, {attrs.asdict(self.options)})"
@@ -87,7 +99,7 @@ class DiLoCoExtension:
     def __getstate__(self) -> dict[str, Any]:
         # Spawned ranks get the options; the run's mesh and outer state are made in each rank.
         return {"replicas": self.replicas, "options": self.options, "traffic": Traffic(), "syncs": [],
-                "mesh": None, "active": None}
+                "mesh": None, "active": None, "copies": None}
 
     # -- the mesh -----------------------------------------------------------------------------------------
 
@@ -130,22 +142,33 @@ class DiLoCoExtension:
 
     # -- hooks --------------------------------------------------------------------------------------------
 
-    @hookimpl
+    @hookimpl(tryfirst=True)
     def core_attach(self, active: ActiveSet) -> None:
+        # First: a strategy running as copies checks its sizes against one copy's ranks in its own core_attach.
         self.active = active
+        strategy = active.strategy
+        if isinstance(strategy, ParallelStrategy) and strategy.supports_outer_replicas:
+            self.copies = strategy
+            config = active.config
+            strategy.replicate_outside(self._layout(config.devices_per_node * config.num_nodes)[0])
+            return
+        self.copies = None
         wraps_ddp = any(
             not (impl.wrapper or impl.hookwrapper) for impl in active.hook.strategy_configure_ddp.get_hookimpls()
         )
         if not wraps_ddp:
             raise ConfigurationError(
-                f"The diloco extension runs data parallelism inside each group with DistributedDataParallel, but the "
-                f"strategy {active.config.strategy!r} does not wrap modules in it (it implements no "
-                f"strategy_configure_ddp). Use strategy='ddp' (or ddp_spawn / ddp_fork); fsdp and model_parallel "
-                f"inside a group are not supported yet."
+                f"The diloco extension runs the strategy inside each group of processes, but the strategy "
+                f"{active.config.strategy!r} neither wraps modules in DistributedDataParallel (strategy_configure_ddp) "
+                f"nor can run as copies side by side (ParallelStrategy.supports_outer_replicas). Use strategy='ddp' "
+                f"(or ddp_spawn / ddp_fork), 'fsdp' or 'model_parallel'."
             )
 
     @hookimpl(wrapper=True)
     def strategy_setup_environment(self) -> Generator[None, None, None]:
+        if self.copies is not None and self.active is not None:
+            # Before the strategy builds its mesh: it shards and reduces within a group only.
+            self.copies.replicate_outside(self._layout(self.active.cluster.world_size)[0])
         result = yield
         if dist.is_available() and dist.is_initialized():
             from torch.distributed.device_mesh import init_device_mesh
@@ -203,12 +226,32 @@ class DiLoCoExtension:
 
     @hookimpl(wrapper=True)
     def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> Generator[None, None, None]:
-        if self.mesh is not None and self.mesh.size(0) > 1 and self.mesh.get_local_rank("inner") == 0:
+        if self.mesh is None or self.mesh.size(0) == 1:
+            return (yield)
+        mine = {key: value for key, value in state.items() if key != CHECKPOINT_KEY}
+        if isinstance(self.copies, ShardedStrategy) and self.copies.sharded_checkpoint and _holds_dtensors(mine):
+            # Every rank writes its own shards: group 0 as the checkpoint itself, every other group under its key
+            # (the same layout as a gathered checkpoint, without gathering).
+            index = self.replica_index
+            state.clear()
+            if index == 0:
+                state.update(mine, **{CHECKPOINT_KEY: {"group": 0}})
+            else:
+                state[CHECKPOINT_KEY] = {"group": 0, "groups": {str(index): mine}}
+            try:
+                return (yield)
+            finally:
+                state.clear()
+                state.update(mine)
+        if _holds_dtensors(mine):
+            # One rank writes whole tensors: each group gathers its own (every rank takes part), then its first rank
+            # sends it on. The strategy gathers the writing group's state once more as it saves.
+            mine = gather_full_state(mine)
+        if self.mesh.get_local_rank("inner") == 0:
             # Between synchronisations each group has its own parameters and inner optimizer state. Global rank 0
             # writes (the ddp family's rule): its group is the checkpoint itself, and the first rank of every other
             # group sends it its state to ride along under CHECKPOINT_KEY. The other ranks of a group hold the
-            # same state as its first (ddp inside the group) and take no part.
-            mine = {key: value for key, value in state.items() if key != CHECKPOINT_KEY}
+            # same state as its first and take no part.
             writer = self.replica_index == 0
             everyone: list[Any] | None = [None] * self.mesh.size(0) if writer else None
             dist.gather_object(mine, everyone, dst=dist.get_global_rank(self.replica_group, 0),
@@ -254,3 +297,10 @@ class DiLoCoExtension:
             forget_mesh_groups(self.mesh)
             self.mesh = None
         return result
+
+
+def _holds_dtensors(value: Any) -> bool:
+    """Whether ``value`` (a checkpoint's state, nested) holds a ``DTensor`` anywhere."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(tensor, DTensor) for _, tensor in named_tensors(value))

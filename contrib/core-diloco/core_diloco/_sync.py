@@ -4,6 +4,11 @@ The copy of the parameters taken at the last synchronisation (``snapshot``, the 
 outer optimizer steps. At a synchronisation each group sends ``snapshot - parameters`` (its pseudo-gradient) to
 the others, the average becomes the snapshot's gradient, the outer optimizer steps the snapshot, and the
 parameters take its value. Streaming DiLoCo does this for one fragment of the parameters at a time.
+
+Parameters sharded inside a group (``DTensor`` s of fsdp or model_parallel on the group's mesh) are handled by
+their local shards: a rank and its counterparts in the other groups hold the same slice of each parameter, so the
+pseudo-gradient of the slice is averaged with theirs alone. The snapshot and the outer optimizer's state are
+``DTensor`` s placed like the parameters, so a checkpoint shards or gathers them as it does the parameters.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from typing import Any, Final
 import attrs
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from core import CheckpointError
+from core.toolkit.strategies import accept_whole_optimizer_state
 
 from ._options import DiLoCoOptions
 
@@ -42,6 +49,19 @@ class InFlight:
     fragment: int
     works: list[Any]
     payload: list[torch.Tensor]
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of ``tensor``: the local shard of a ``DTensor``, the tensor itself otherwise."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def placed_like(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``value`` as ``like`` holds it: a whole tensor loaded for a ``DTensor`` becomes this rank's slice of it."""
+    if isinstance(like, DTensor) and not isinstance(value, DTensor):
+        return distribute_tensor(value.to(like.device, like.dtype), like.device_mesh, like.placements,
+                                 src_data_rank=None)
+    return value
 
 
 def split_fragments(parameters: Sequence[torch.Tensor], count: int) -> list[list[int]]:
@@ -92,6 +112,8 @@ class OuterSync:
         with torch.no_grad():
             self.snapshot = [parameter.detach().clone() for parameter in self.parameters]
         self.outer = build_outer_optimizer(options, self.snapshot)
+        if any(isinstance(tensor, DTensor) for tensor in self.snapshot):
+            accept_whole_optimizer_state(self.outer)  # a gathered checkpoint holds whole momentum buffers
         self.fragments = split_fragments(self.parameters, options.fragments)
         self.inner_steps = 0
         self.in_flight: InFlight | None = None
@@ -119,12 +141,13 @@ class OuterSync:
         """Start averaging the fragment's pseudo-gradient over the groups (without waiting)."""
         indices = self.fragments[fragment]
         with torch.no_grad():
-            flat = torch.cat([(self.snapshot[i] - self.parameters[i]).reshape(-1).float() for i in indices])
+            deltas = [local(self.snapshot[i]) - local(self.parameters[i]) for i in indices]
+            flat = torch.cat([delta.reshape(-1).float() for delta in deltas])
         compression = self.options.compression
         if compression == "int8":
-            scales = torch.stack([_absmax(self.snapshot[i] - self.parameters[i]) for i in indices]) / 127
+            scales = torch.stack([_absmax(delta) for delta in deltas]) / 127
             scale_per_element = torch.repeat_interleave(
-                scales, torch.tensor([self.parameters[i].numel() for i in indices], device=scales.device)
+                scales, torch.tensor([delta.numel() for delta in deltas], device=scales.device)
             )
             quantised = torch.round(flat / scale_per_element).clamp_(-127, 127).to(torch.int8)
             gathered = [torch.empty_like(quantised) for _ in range(self.groups)]
@@ -150,7 +173,7 @@ class OuterSync:
         for work in flight.works:
             work.wait()
         indices = self.fragments[flight.fragment]
-        sizes = [self.parameters[i].numel() for i in indices]
+        sizes = [local(self.parameters[i]).numel() for i in indices]
         if self.options.compression == "int8":
             quantised, scales = flight.payload[: self.groups], flight.payload[self.groups:]
             counts = torch.tensor(sizes, device=scales[0].device)
@@ -162,11 +185,16 @@ class OuterSync:
             average = flight.payload[0].float()
         with torch.no_grad():
             for index, piece in zip(indices, torch.split(average, sizes), strict=True):
-                self.snapshot[index].grad = piece.view_as(self.snapshot[index]).to(self.snapshot[index].dtype)
+                snapshot = self.snapshot[index]
+                gradient = piece.view_as(local(snapshot)).to(snapshot.dtype)
+                if isinstance(snapshot, DTensor):
+                    gradient = DTensor.from_local(gradient, snapshot.device_mesh, snapshot.placements,
+                                                  run_check=False, shape=snapshot.shape, stride=snapshot.stride())
+                snapshot.grad = gradient
             self.outer.step()
             for index in indices:
                 self.snapshot[index].grad = None
-                self.parameters[index].copy_(self.snapshot[index])
+                local(self.parameters[index]).copy_(local(self.snapshot[index]))
 
     # -- checkpoints: the outer state travels inside the inner optimizer's state dict --------------------
 
@@ -192,7 +220,7 @@ class OuterSync:
         self.inner_steps = int(state["inner_steps"])
         with torch.no_grad():
             for mine, saved in zip(self.snapshot, snapshot, strict=True):
-                mine.copy_(saved)
+                local(mine).copy_(local(placed_like(saved, mine)))
         self.outer.load_state_dict(state["outer_optimizer"])
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:

@@ -12,6 +12,7 @@ import torch
 from core_diloco import DiLoCoExtension, DiLoCoOptions, split_fragments
 
 import core
+from core.toolkit.strategies import ParallelStrategy
 
 
 @pytest.mark.parametrize(
@@ -55,9 +56,46 @@ def test_fragments_are_contiguous_and_about_equal() -> None:
     assert sorted(index for fragment in split_fragments(parameters, 3) for index in fragment) == list(range(8))
 
 
-def test_a_strategy_without_ddp_is_refused_by_name() -> None:
-    with pytest.raises(core.ConfigurationError, match="strategy 'single_device' does not wrap modules"):
+def test_a_strategy_without_ddp_or_copies_is_refused_by_name() -> None:
+    with pytest.raises(core.ConfigurationError, match="strategy 'single_device' neither wraps modules") as error:
         core.Lite(accelerator="cpu", strategy="single_device", plugins=[DiLoCoExtension()])
+    assert "'fsdp' or 'model_parallel'" in str(error.value)
+
+
+def test_sharded_strategies_are_asked_for_copies_when_the_run_is_resolved() -> None:
+    lite = core.Lite(accelerator="cpu", strategy="fsdp", devices=4, plugins=[DiLoCoExtension(replicas=2)])
+    strategy = lite.active.strategy
+    assert isinstance(strategy, ParallelStrategy)
+    assert strategy.outer_replicas == 2  # before any process exists: sizes are checked per copy
+
+
+def test_model_parallel_sizes_are_checked_against_one_groups_ranks() -> None:
+    from core_model_parallel import ModelParallelStrategy
+
+    # 2 groups of 2: tensor_parallel_size=2 fills a group (it would not fill the world of 4).
+    fits = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=2)
+    core.Lite(accelerator="cpu", strategy=fits, devices=4, plugins=[DiLoCoExtension(replicas=2)])
+    too_big = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=4)
+    with pytest.raises(core.ConfigurationError, match=r"one of 2 copies side by side.*world size 2"):
+        core.Lite(accelerator="cpu", strategy=too_big, devices=4, plugins=[DiLoCoExtension(replicas=2)])
+
+
+def test_replicas_that_do_not_divide_the_processes_are_refused_before_they_start() -> None:
+    with pytest.raises(core.ConfigurationError, match=r"replicas=3\) does not divide the 4 processes"):
+        core.Lite(accelerator="cpu", strategy="fsdp", devices=4, plugins=[DiLoCoExtension(replicas=3)])
+
+
+def test_a_strategy_without_copies_refuses_replicate_outside() -> None:
+    ddp = core.Lite(accelerator="cpu", strategy="ddp", devices=2).active.strategy
+    assert isinstance(ddp, ParallelStrategy)
+    with pytest.raises(core.ConfigurationError, match=r"cannot run as independent copies.*fsdp.*model_parallel"):
+        ddp.replicate_outside(2)
+    fsdp = core.Lite(accelerator="cpu", strategy="fsdp", devices=4).active.strategy
+    assert isinstance(fsdp, ParallelStrategy)
+    with pytest.raises(core.ConfigurationError, match=r"replicate_outside\(3\): the copies must divide the world"):
+        fsdp.replicate_outside(3)
+    with pytest.raises(core.ConfigurationError, match="expected a positive number of copies"):
+        fsdp.replicate_outside(0)
 
 
 def test_listed_by_the_plugins_cli_without_importing_it() -> None:

@@ -39,6 +39,12 @@ in :data:`JOB_VARIABLE`; a rank that reached another job's store raises :class:`
 (fsdp, model_parallel): empty-init on the meta device and materialising this rank's part, rank 0's initial values,
 optimizers pointed at the replaced parameters, sharded or gathered checkpoints, resharding at the end of the run.
 
+**Copies side by side.** An extension that synchronises groups of ranks itself (core-diloco) asks a strategy whose
+:attr:`ParallelStrategy.supports_outer_replicas` is true (fsdp, model_parallel) to
+:meth:`ParallelStrategy.replicate_outside`: its mesh gets the outermost dimension :data:`REPLICATE`, it shards and
+reduces within its copy's ranks only (:func:`without_replicate` is the copy's sub-mesh), and the samplers give every
+copy its own data.
+
 **Sharded state.** The pieces it is made of, for a strategy that needs them on their own:
 :class:`ReplacedParameters` remembers which parameter replaced which at set-up, so that an optimizer made before
 points at the new ones and the originals get the trained values back; :func:`gather_full_state` gathers a state's
@@ -69,10 +75,12 @@ from core.toolkit.strategies._launchers import (
 )
 from core.toolkit.strategies._parallel import (
     DATA_PARALLEL,
+    REPLICATE,
     START_METHODS,
     ParallelOptions,
     ParallelStrategy,
     forget_mesh_groups,
+    without_replicate,
 )
 from core.toolkit.strategies._rendezvous import JOB_VARIABLE, RendezvousError
 from core.toolkit.strategies._sharded import ShardedStrategy
@@ -92,6 +100,7 @@ __all__ = [
     "DATA_PARALLEL",
     "JOB_VARIABLE",
     "REDUCE_OPS",
+    "REPLICATE",
     "SHARDED_MODULES",
     "START_METHODS",
     "CollectiveError",
@@ -121,4 +130,5 @@ __all__ = [
     "gather_full_state",
     "optimizer_step",
     "set_up_part",
+    "without_replicate",
 ]

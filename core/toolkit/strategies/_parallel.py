@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.distributed.nn.functional
 
 from core import ConfigurationError, hookimpl
-from core.toolkit import is_interactive
+from core.toolkit import is_interactive, is_whole
 
 from ._collectives import Communicator
 from ._launchers import (
@@ -61,6 +61,11 @@ class ParallelOptions(TypedDict, total=False):
 DATA_PARALLEL: Final = "data_parallel"
 """The name of the data-parallel dimension of a device mesh (Lightning's): the samplers split the data along it."""
 
+REPLICATE: Final = "replicate"
+"""The outermost dimension of a strategy's device mesh when it runs as independent copies side by side
+(:meth:`ParallelStrategy.replicate_outside`): each copy works within its own ranks, and whoever asked for the copies
+(an extension such as core-diloco) synchronises them. The samplers split the data across it too."""
+
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 """``popen`` re-runs the script as the other ranks; the others start them with ``torch.multiprocessing``."""
 
@@ -75,6 +80,20 @@ def _as_timedelta(owner: str, timeout: timedelta | float) -> timedelta:
         raise ConfigurationError(f"{owner}(timeout={timeout!r}) must be a positive duration, such as "
                                  f"timedelta(minutes=30) or a number of seconds.")
     return value
+
+
+def without_replicate(mesh: DeviceMesh) -> DeviceMesh:
+    """``mesh`` without its :data:`REPLICATE` dimension: the part of the ranks one copy of the strategy works on.
+
+    A mesh with no such dimension is returned as it is; on a mesh ``(replicate, a, b)`` this rank's ``(a, b)``
+    sub-mesh (whose dimensions can be sliced further, ``sub["b"]``)."""
+    names = tuple(mesh.mesh_dim_names or ())
+    if REPLICATE not in names:
+        return mesh
+    rest = tuple(name for name in names if name != REPLICATE)
+    if not rest:
+        raise ConfigurationError(f"The device mesh {names} has only the {REPLICATE!r} dimension; nothing is left.")
+    return mesh[rest[0]] if len(rest) == 1 else mesh[rest]
 
 
 def forget_mesh_groups(mesh: DeviceMesh) -> None:
@@ -109,6 +128,9 @@ class ParallelStrategy(SingleDeviceStrategy):
     """
 
     max_processes: ClassVar[int | None] = None
+    supports_outer_replicas: ClassVar[bool] = False
+    """Whether :meth:`replicate_outside` is accepted: the subclass lays its mesh out as ``(REPLICATE, ...)`` when
+    :attr:`outer_replicas` is above 1 and shards or parallelizes over :func:`without_replicate` of it."""
     default_alias: ClassVar[str] = "parallel"
     """The alias an instance answers to when no ``name`` is given."""
     message_prefix: ClassVar[str] = "core"
@@ -138,6 +160,8 @@ class ParallelStrategy(SingleDeviceStrategy):
         self._launcher: Launcher | None = None
         self._mesh: DeviceMesh | None = None
         self._set_up_modules: list[torch.nn.Module] = []
+        self.outer_replicas = 1
+        """How many independent copies of this strategy run side by side in this run (:meth:`replicate_outside`)."""
 
     @property
     def name(self) -> str:
@@ -239,12 +263,47 @@ class ParallelStrategy(SingleDeviceStrategy):
     @hookimpl
     def strategy_setup_environment(self) -> None:
         self._precision_backward = self.active.bind("precision_backward")
+        self._check_replicas(self.active.cluster.world_size)
         self._communicator = Communicator(self.active.cluster.global_rank, self.timeout)
         self._set_up_process_group()
         with self.communicator.guard("init_device_mesh"):
             mesh = self.build_mesh()
         if mesh is not None:
             self._mesh = mesh
+
+    def replicate_outside(self, replicas: int) -> None:
+        """Run as ``replicas`` independent copies side by side, each over ``world_size // replicas`` consecutive
+        ranks (copy ``g`` on ranks ``g * n`` to ``g * n + n - 1``): for an extension that synchronises the copies
+        itself, as core-diloco does. Call it in every process before the strategy checks its layout: from the
+        extension's ``core_attach`` marked ``tryfirst=True`` (before the strategy's own, which checks its sizes
+        against the world size), and again before each run builds its mesh (a ``strategy_setup_environment``
+        wrapper, before its ``yield``): the end of a run resets it to 1.
+
+        The mesh then has :data:`REPLICATE` as its outermost dimension; the strategy shards, parallelizes and
+        reduces gradients within its copy, and the samplers give every copy its own part of the data.
+
+        :raises ConfigurationError: the strategy does not support it (:attr:`supports_outer_replicas`), or
+            ``replicas`` does not divide the world size.
+        """
+        owner = type(self).__name__
+        if not self.supports_outer_replicas:
+            raise ConfigurationError(
+                f"{owner} ({self.alias!r}) cannot run as independent copies side by side (its "
+                f"supports_outer_replicas is False); strategies that can: fsdp (core-fsdp) and model_parallel "
+                f"(core-model-parallel)."
+            )
+        if not is_whole(replicas, 1):
+            raise ConfigurationError(f"{owner}.replicate_outside({replicas!r}): expected a positive number of copies.")
+        self.outer_replicas = replicas
+        if self._active is not None:
+            self._check_replicas(self.active.cluster.world_size)
+
+    def _check_replicas(self, world_size: int) -> None:
+        if world_size % self.outer_replicas:
+            raise ConfigurationError(
+                f"{type(self).__name__}.replicate_outside({self.outer_replicas}): the copies must divide the world "
+                f"size {world_size} into equal parts."
+            )
 
     def build_mesh(self) -> DeviceMesh | None:
         """The run's ``DeviceMesh``, built once the process group exists (default: none; a subclass that lays its
@@ -323,6 +382,7 @@ class ParallelStrategy(SingleDeviceStrategy):
         subclass keeps one) and collects the reference cycles torch's sharding state sits in.
         """
         self._set_up_modules = []
+        self.outer_replicas = 1
         mesh, self._mesh = self._mesh, None
         if mesh is not None:
             forget_mesh_groups(mesh)
@@ -376,10 +436,16 @@ class ParallelStrategy(SingleDeviceStrategy):
     @hookimpl
     def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
         mesh = self._mesh
-        if mesh is not None and DATA_PARALLEL in (mesh.mesh_dim_names or ()):
-            # The ranks of one replica (a tensor- or pipeline-parallel group) must see the same batch.
+        names = tuple(mesh.mesh_dim_names or ()) if mesh is not None else ()
+        if mesh is not None and DATA_PARALLEL in names:
+            # The ranks of one replica (a tensor- or pipeline-parallel group) must see the same batch; copies of the
+            # strategy side by side (REPLICATE) each get their own part.
             data_parallel = mesh[DATA_PARALLEL]
-            return {"num_replicas": data_parallel.size(), "rank": data_parallel.get_local_rank()}
+            copies, copy = 1, 0
+            if REPLICATE in names:
+                copies, copy = mesh.size(names.index(REPLICATE)), mesh.get_local_rank(REPLICATE)
+            return {"num_replicas": copies * data_parallel.size(),
+                    "rank": copy * data_parallel.size() + data_parallel.get_local_rank()}
         cluster = self.active.cluster
         return {"num_replicas": cluster.world_size, "rank": cluster.global_rank}
 

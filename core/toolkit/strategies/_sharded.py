@@ -12,7 +12,7 @@ holding their shards only (nothing is gathered: see :func:`full_state_dict`).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from core import ConfigurationError, hookimpl
+from core.toolkit._collections import named_tensors
 
 from ._parallel import ParallelOptions, ParallelStrategy
 from ._sharding import ReplacedParameters, accept_whole_optimizer_state, gather_full_state
@@ -30,13 +31,7 @@ if TYPE_CHECKING:
 
 
 def _holds_dtensors(value: Any) -> bool:
-    if isinstance(value, DTensor):
-        return True
-    if isinstance(value, Mapping):
-        return any(_holds_dtensors(item) for item in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_holds_dtensors(item) for item in value)
-    return False
+    return any(isinstance(tensor, DTensor) for _, tensor in named_tensors(value))
 
 
 class ShardedStrategy(ParallelStrategy):

@@ -42,7 +42,7 @@ from core.toolkit.checkpoint import (
 )
 from core.toolkit.tensors import apply_to_tensors
 
-from ._layout import holds_dtensors, join, split, tensor_ranges
+from ._layout import holds_dtensors, join, name_skeleton, skeleton_digest, split, tensor_ranges
 from ._safe import METADATA_FILE, FullReadPlanner, SafeReader, read_metadata
 
 # DCP warns when it runs without a process group; here that is the intent (see is_collective).
@@ -127,6 +127,9 @@ class DistributedCheckpointIO(DirectoryCheckpointIO):
             shutil.rmtree(partial, ignore_errors=True)
 
     def _save_collective(self, flat: dict[str, Any], target: Path) -> None:
+        digests: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(digests, skeleton_digest(flat))
+        flat = name_skeleton(flat, digests, dist.get_rank())  # ranks whose values other than tensors differ
         partial = self.partial_directory(target, collective=True)
         if dist.get_rank() == 0:
             target.parent.mkdir(parents=True, exist_ok=True)

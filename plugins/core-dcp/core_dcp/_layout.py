@@ -10,11 +10,19 @@ optimizer's ``state`` (keyed by parameter index, empty before the first step) wo
   plain values), with a reference ``{TENSOR_TAG: "<dotted path>"}`` where each tensor was.
 
 Loading reads the tensors and puts them back into the skeleton.
+
+The ranks of a collective save usually pass the same skeleton (DCP keeps one copy). Where they differ (ranks that
+write different parts of a checkpoint, as core-diloco's groups do), each distinct skeleton is kept under
+``f"{SKELETON_KEY}.{rank}"``, named by the lowest rank that had it, and loading merges them in rank order: a key
+missing from the lower ranks' skeletons is added from a higher one; where both have a value, the lower rank's
+stands (the value a single kept skeleton would have given).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import pickle
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import torch
@@ -43,7 +51,7 @@ def split(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     def visit(value: Any, path: tuple[str, ...]) -> Any:
         if isinstance(value, torch.Tensor):
             key = ".".join(path)
-            if key in tensors or key == SKELETON_KEY:
+            if key in tensors or key.startswith(SKELETON_KEY):
                 raise ConfigurationError(
                     f"Two tensors of the checkpoint have the dotted path {key!r} (a key holding a dot collides with "
                     f"a nested key); rename one of them to save with the 'distributed' checkpoint_io."
@@ -63,9 +71,52 @@ def split(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     return {**tensors, SKELETON_KEY: (skeleton,)}
 
 
+def skeleton_digest(flat: Mapping[str, Any]) -> str:
+    """A digest of the skeleton in :func:`split`'s output, to compare the ranks' skeletons before a save."""
+    return hashlib.sha256(pickle.dumps(flat[SKELETON_KEY], protocol=4)).hexdigest()
+
+
+def name_skeleton(flat: dict[str, Any], digests: Sequence[str], rank: int) -> dict[str, Any]:
+    """``flat`` with its skeleton renamed ``f"{SKELETON_KEY}.{r}"`` when the ranks' skeletons (``digests``, by rank)
+    differ, ``r`` the lowest rank with the same one; unchanged when they are all the same."""
+    if len(set(digests)) == 1:
+        return flat
+    renamed = {key: value for key, value in flat.items() if key != SKELETON_KEY}
+    renamed[f"{SKELETON_KEY}.{list(digests).index(digests[rank])}"] = flat[SKELETON_KEY]
+    return renamed
+
+
+def _skeletons(flat: Mapping[str, Any], where: str) -> list[Any]:
+    if SKELETON_KEY in flat:
+        named = [(0, SKELETON_KEY)]
+    else:
+        named = []
+        for key in flat:
+            rank = key[len(SKELETON_KEY) + 1:] if key.startswith(f"{SKELETON_KEY}.") else ""
+            if rank.isdigit():
+                named.append((int(rank), key))
+    found = []
+    for _, key in sorted(named):
+        wrapped = flat[key]
+        if not (isinstance(wrapped, tuple) and len(wrapped) == 1):
+            raise CheckpointError(f"The distributed checkpoint {where!r} has a malformed {key!r} entry.")
+        found.append(wrapped[0])
+    return found
+
+
+def _merge(lower: Any, higher: Any) -> Any:
+    """``lower`` with what only ``higher`` has added, recursively through mappings."""
+    if not (isinstance(lower, Mapping) and isinstance(higher, Mapping)) or (TENSOR_TAG in lower):
+        return lower
+    items = [(key, _merge(value, higher[key]) if key in higher else value) for key, value in lower.items()]
+    items += [(key, value) for key, value in higher.items() if key not in lower]
+    return _rebuild_mapping(lower, items)
+
+
 def join(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The nested checkpoint from what :func:`split` produced and DCP read back."""
-    if SKELETON_KEY not in flat:
+    """The nested checkpoint from what :func:`split` produced (with :func:`name_skeleton`) and DCP read back."""
+    skeletons = _skeletons(flat, where)
+    if not skeletons:
         return dict(flat)  # written by plain DCP: its own nesting is all there is
 
     def visit(value: Any) -> Any:
@@ -82,10 +133,10 @@ def join(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
             return type(value)(visit(item) for item in value)
         return value
 
-    wrapped = flat[SKELETON_KEY]
-    if not (isinstance(wrapped, tuple) and len(wrapped) == 1):
-        raise CheckpointError(f"The distributed checkpoint {where!r} has a malformed {SKELETON_KEY!r} entry.")
-    checkpoint = visit(wrapped[0])
+    skeleton = skeletons[0]
+    for higher in skeletons[1:]:
+        skeleton = _merge(skeleton, higher)
+    checkpoint = visit(skeleton)
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"The distributed checkpoint {where!r} holds a {type(checkpoint).__name__}, not a dict.")
     return checkpoint
@@ -116,8 +167,8 @@ def tensor_ranges(metadata: Any) -> dict[str, list[tuple[str, int, int]]]:
         if not (isinstance(relative_path, str) and isinstance(offset, int) and isinstance(length, int)):
             continue
         name = str(getattr(index, "fqn", index))
-        if name == SKELETON_KEY:
-            name = f"{SKELETON_KEY} (the checkpoint's values other than tensors)"
+        if name.startswith(SKELETON_KEY):
+            name = f"{name} (the checkpoint's values other than tensors)"
         chunk = getattr(index, "offset", None)
         if chunk is not None and any(chunk):
             name = f"{name}[offset {', '.join(map(str, chunk))}]"

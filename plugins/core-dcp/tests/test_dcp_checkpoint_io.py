@@ -159,3 +159,26 @@ def test_two_ranks_write_their_shards_and_one_process_reads_the_whole(
     assert loaded["step"] == 5 and loaded["optimizer"]["param_groups"] == [{"params": [0]}]
     # Rank 0 alone wrote the whole state under ddp: one data file.
     assert sorted(path.name for path in (tmp_path / "whole").iterdir()) == [".checksums", ".metadata", "__0_0.distcp"]
+
+
+def test_ranks_whose_skeletons_differ_keep_each_and_load_merged_in_rank_order() -> None:
+    """Ranks that write different parts of one checkpoint (core-diloco's groups): nothing of either is lost."""
+    from core_dcp._layout import join, name_skeleton, skeleton_digest, split
+
+    first, second = torch.arange(4.0), torch.arange(4.0) + 10
+    rank_zero = split({"model": {"w": first}, "step": 3, "groups": {"group": 0}})
+    rank_one = split({"groups": {"group": 0, "others": {"1": {"model": {"w": second}, "step": 3}}}, "step": 4})
+    digests = [skeleton_digest(rank_zero), skeleton_digest(rank_one)]
+    assert digests[0] != digests[1]
+    named = [name_skeleton(rank_zero, digests, 0), name_skeleton(rank_one, digests, 1)]
+    assert f"{SKELETON_KEY}.0" in named[0] and f"{SKELETON_KEY}.1" in named[1]
+    assert SKELETON_KEY not in named[0] and SKELETON_KEY not in named[1]
+    merged = join({**named[1], **named[0]}, "ckpt")
+    assert torch.equal(merged["model"]["w"], first)
+    assert torch.equal(merged["groups"]["others"]["1"]["model"]["w"], second)
+    assert merged["groups"]["group"] == 0 and merged["groups"]["others"]["1"]["step"] == 3
+    assert merged["step"] == 3  # both have it: the lower rank's value stands, as one kept skeleton gave
+    # The same skeleton on every rank keeps the single entry of the format before (one copy, deduplicated by DCP).
+    assert name_skeleton(rank_zero, [digests[0]] * 2, 1) is rank_zero
+    with pytest.raises(core.CheckpointError, match=rf"malformed '{SKELETON_KEY}.1' entry"):
+        join({**named[0], f"{SKELETON_KEY}.1": "not a wrapped skeleton"}, "ckpt")

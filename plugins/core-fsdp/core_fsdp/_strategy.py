@@ -33,11 +33,13 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from core import ConfigurationError, Supports, hookimpl
 from core.toolkit.strategies import (
+    REPLICATE,
     SHARDED_MODULES,
     ParallelOptions,
     ShardedStrategy,
     accept_whole_tensors,
     set_up_part,
+    without_replicate,
 )
 
 from ._wrap import AutoWrapPolicy, predicate, shard
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 STATE_DICT_TYPES: Final = ("sharded", "full")
+
+SHARD: Final = "shard"
+"""The mesh dimension the parameters are sharded over when the strategy runs as copies side by side."""
 
 MIXED_PARAMETER_DTYPES: Final = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16}
 """Precisions (by canonical name) whose compute dtype FSDP casts the gathered parameters to."""
@@ -87,6 +92,7 @@ class FSDPStrategy(ShardedStrategy):
 
     message_prefix: ClassVar[str] = "core-fsdp"
     default_alias: ClassVar[str] = "fsdp"
+    supports_outer_replicas: ClassVar[bool] = True
     sharded_checkpoint_option = "state_dict_type='sharded'"
     full_checkpoint_option = "state_dict_type='full'"
 
@@ -129,11 +135,22 @@ class FSDPStrategy(ShardedStrategy):
 
     @property
     def mesh(self) -> DeviceMesh:
-        """The one-dimensional mesh of every rank, on the accelerator's device type."""
+        """The one-dimensional mesh the parameters are sharded over, on the accelerator's device type: every rank,
+        or this copy's ranks when the strategy runs as copies side by side (:meth:`replicate_outside`)."""
         if self._mesh is None:
             device = self.active.device or torch.device("cpu")
             self._mesh = init_device_mesh(device.type, (self.active.cluster.world_size,))
-        return self._mesh
+        return without_replicate(self._mesh)
+
+    def build_mesh(self) -> DeviceMesh | None:
+        """With copies side by side, the 2-D mesh ``(replicate, shard)``; otherwise none yet (:attr:`mesh` makes the
+        one-dimensional mesh when the first module is sharded)."""
+        if self.outer_replicas == 1:
+            return None
+        world_size = self.active.cluster.world_size
+        device = self.active.device or torch.device("cpu")
+        return init_device_mesh(device.type, (self.outer_replicas, world_size // self.outer_replicas),
+                                mesh_dim_names=(REPLICATE, SHARD))
 
     def _fully_shard_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {

@@ -39,7 +39,14 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 
 from core import ActiveSet, ConfigurationError, Supports, hookimpl
-from core.toolkit.strategies import SHARDED_MODULES, ParallelOptions, ShardedStrategy, accept_whole_tensors
+from core.toolkit.strategies import (
+    REPLICATE,
+    SHARDED_MODULES,
+    ParallelOptions,
+    ShardedStrategy,
+    accept_whole_tensors,
+    without_replicate,
+)
 
 from ._mesh import DATA_PARALLEL, MeshShape, built_mesh, check_size, mesh_shape
 from ._state import holds_placed_tensors
@@ -90,6 +97,7 @@ class ModelParallelStrategy(ShardedStrategy):
 
     message_prefix: ClassVar[str] = "core-model-parallel"
     default_alias: ClassVar[str] = "model_parallel"
+    supports_outer_replicas: ClassVar[bool] = True
     sharded_checkpoint_option = "save_distributed_checkpoint=True"
     full_checkpoint_option = "save_distributed_checkpoint=False"
 
@@ -122,18 +130,33 @@ class ModelParallelStrategy(ShardedStrategy):
 
     @property
     def mesh_shape(self) -> MeshShape:
-        """The resolved sizes of the mesh's dimensions (known once the strategy is part of a run)."""
-        if self._shape is None:
-            config = self.active.config
-            self._shape = mesh_shape(_OWNER, TENSOR_PARALLEL, self.data_parallel_size, self.tensor_parallel_size,
-                                     config.devices_per_node, config.num_nodes)
-        return self._shape
+        """The resolved sizes of the mesh's dimensions (known once the strategy is part of a run).
+
+        When the run holds copies of the strategy side by side (:meth:`replicate_outside`, asked for by an extension
+        such as core-diloco), the shape of one copy's ranks: ``"auto"`` then divides the nodes among the copies, or
+        a node's devices when there are fewer nodes than copies."""
+        config, replicas = self.active.config, self.outer_replicas
+        if replicas == 1:
+            if self._shape is None:
+                self._shape = mesh_shape(_OWNER, TENSOR_PARALLEL, self.data_parallel_size, self.tensor_parallel_size,
+                                         config.devices_per_node, config.num_nodes)
+            return self._shape
+        nodes, devices = config.num_nodes, config.devices_per_node
+        if nodes % replicas == 0:
+            nodes //= replicas
+        elif devices % replicas == 0:
+            devices //= replicas
+        else:
+            nodes, devices = 1, nodes * devices // replicas
+        return mesh_shape(f"{_OWNER} (one of {replicas} copies side by side)", TENSOR_PARALLEL,
+                          self.data_parallel_size, self.tensor_parallel_size, devices, nodes)
 
     @property
     def device_mesh(self) -> DeviceMesh:
-        """The 2-D ``DeviceMesh`` (``data_parallel``, ``tensor_parallel``) of this run's ranks."""
-        return built_mesh(self._mesh, self.alias, "inside the launched function (lite.device_mesh), in "
-                          "configure_model under the Trainer, or in parallelize_fn")
+        """The 2-D ``DeviceMesh`` (``data_parallel``, ``tensor_parallel``) of this run's ranks (of this copy's ranks
+        when the strategy runs as copies side by side)."""
+        return without_replicate(built_mesh(self._mesh, self.alias, "inside the launched function (lite.device_mesh), "
+                                            "in configure_model under the Trainer, or in parallelize_fn"))
 
     # -- processes ------------------------------------------------------------------------------------
 
@@ -144,10 +167,12 @@ class ModelParallelStrategy(ShardedStrategy):
         _ = self.mesh_shape  # sizes that cannot fit the world size fail now, before any process starts
 
     def build_mesh(self) -> DeviceMesh:
-        """The 2-D mesh of :attr:`mesh_shape`; the samplers split the data along its ``data_parallel`` dimension."""
-        return self.mesh_shape.build((self.active.device or torch.device("cpu")).type)
-
-    # -- model ----------------------------------------------------------------------------------------
+        """The 2-D mesh of :attr:`mesh_shape` (3-D, ``replicate`` outermost, with copies side by side); the samplers
+        split the data along its ``data_parallel`` dimension (and ``replicate``)."""
+        shape = self.mesh_shape
+        if self.outer_replicas > 1:
+            shape = MeshShape((REPLICATE, *shape.names), (self.outer_replicas, *shape.sizes))
+        return shape.build((self.active.device or torch.device("cpu")).type)
 
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Parallelize (if still plain), check data parallelism, materialise, accept whole tensors on load.
