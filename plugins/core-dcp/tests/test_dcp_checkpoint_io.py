@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from core_dcp import SKELETON_KEY, DistributedCheckpointIO
+from core_dcp import SKELETON_KEY, TENSOR_TAG, DistributedCheckpointIO
 
 import core
 from core.testing import CheckpointIOConformance
@@ -161,24 +161,29 @@ def test_two_ranks_write_their_shards_and_one_process_reads_the_whole(
     assert sorted(path.name for path in (tmp_path / "whole").iterdir()) == [".checksums", ".metadata", "__0_0.distcp"]
 
 
-def test_ranks_whose_skeletons_differ_keep_each_and_load_merged_in_rank_order() -> None:
-    """Ranks that write different parts of one checkpoint (core-diloco's groups): nothing of either is lost."""
-    from core_dcp._layout import join, name_skeleton, skeleton_digest, split
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_ranks_whose_skeletons_differ_load_merged_in_rank_order(io: DistributedCheckpointIO, tmp_path: Path) -> None:
+    """Ranks that wrote different parts of one checkpoint (core-diloco's groups) each kept their skeleton, under
+    ``f"{SKELETON_KEY}.{rank}"``: loading merges them, nothing of either lost, the lower rank's value standing where
+    both have one. Written here as a collective save of two such ranks leaves it (plain DCP, one process)."""
+    import torch.distributed.checkpoint as dcp
 
     first, second = torch.arange(4.0), torch.arange(4.0) + 10
-    rank_zero = split({"model": {"w": first}, "step": 3, "groups": {"group": 0}})
-    rank_one = split({"groups": {"group": 0, "others": {"1": {"model": {"w": second}, "step": 3}}}, "step": 4})
-    digests = [skeleton_digest(rank_zero), skeleton_digest(rank_one)]
-    assert digests[0] != digests[1]
-    named = [name_skeleton(rank_zero, digests, 0), name_skeleton(rank_one, digests, 1)]
-    assert f"{SKELETON_KEY}.0" in named[0] and f"{SKELETON_KEY}.1" in named[1]
-    assert SKELETON_KEY not in named[0] and SKELETON_KEY not in named[1]
-    merged = join({**named[1], **named[0]}, "ckpt")
+    skeletons = {
+        0: {"model": {"w": {TENSOR_TAG: "model.w"}}, "step": 3, "groups": {"group": 0}},
+        2: {"groups": {"group": 0, "others": {"1": {"model": {"w": {TENSOR_TAG: "groups.others.1.model.w"}},
+                                                    "step": 3}}}, "step": 4},
+    }
+    flat: dict[str, Any] = {"model.w": first, "groups.others.1.model.w": second}
+    flat.update({f"{SKELETON_KEY}.{rank}": (skeleton,) for rank, skeleton in skeletons.items()})
+    dcp.save(flat, checkpoint_id=str(tmp_path / "ckpt"), no_dist=True)
+    merged = load(io, tmp_path / "ckpt")
     assert torch.equal(merged["model"]["w"], first)
     assert torch.equal(merged["groups"]["others"]["1"]["model"]["w"], second)
     assert merged["groups"]["group"] == 0 and merged["groups"]["others"]["1"]["step"] == 3
-    assert merged["step"] == 3  # both have it: the lower rank's value stands, as one kept skeleton gave
-    # The same skeleton on every rank keeps the single entry of the format before (one copy, deduplicated by DCP).
-    assert name_skeleton(rank_zero, [digests[0]] * 2, 1) is rank_zero
-    with pytest.raises(core.CheckpointError, match=rf"malformed '{SKELETON_KEY}.1' entry"):
-        join({**named[0], f"{SKELETON_KEY}.1": "not a wrapped skeleton"}, "ckpt")
+    assert merged["step"] == 3  # both have it: rank 0's stands, as the single kept skeleton of before gave
+    flat[f"{SKELETON_KEY}.2"] = "not a wrapped skeleton"
+    dcp.save(flat, checkpoint_id=str(tmp_path / "bad"), no_dist=True)
+    with pytest.raises(core.CheckpointError, match=rf"malformed '{SKELETON_KEY}.2' entry"):
+        load(io, tmp_path / "bad")

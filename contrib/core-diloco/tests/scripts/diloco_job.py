@@ -153,6 +153,20 @@ def ddp_gpt(rank: int, steps: int, seed: int) -> tuple[list[float], float, int]:
     return losses, evaluation, sent[0]
 
 
+def ddp_reference(data: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.nn.Module:
+    """The MLP trained by hand-built ``DistributedDataParallel`` over all ranks (SGD, lr 0.05, momentum 0.9)."""
+    reference = mlp()
+    wrapped = DistributedDataParallel(reference)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    for features, targets in data:
+        F.mse_loss(wrapped(features), targets).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    for attribute in ("logger", "reducer", "process_group"):
+        wrapped.__dict__.pop(attribute, None)
+    return reference
+
+
 def equivalence(lite: core.Lite, extension: DiLoCoExtension, counter: Bytes, rank: int) -> dict[str, Any]:
     extension.options = attrs.evolve(extension.options, sync_every=1, outer_optimizer="sgd", outer_lr=1.0,
                                      outer_momentum=0.0)
@@ -168,15 +182,7 @@ def equivalence(lite: core.Lite, extension: DiLoCoExtension, counter: Bytes, ran
         optimizer.zero_grad()
     diloco_bytes = counter.take(extension.replica_group)
 
-    reference = mlp()
-    wrapped = DistributedDataParallel(reference)
-    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
-    for features, targets in data:
-        F.mse_loss(wrapped(features), targets).backward()
-        reference_optimizer.step()
-        reference_optimizer.zero_grad()
-    for attribute in ("logger", "reducer", "process_group"):
-        wrapped.__dict__.pop(attribute, None)
+    reference = ddp_reference(data)
     moved = float((flat(model) - flat(mlp())).abs().max())
     return {
         "max_abs_difference": float((flat(model) - flat(reference)).abs().max()),

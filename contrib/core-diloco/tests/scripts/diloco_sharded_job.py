@@ -36,16 +36,13 @@ from core_fsdp import FSDPStrategy
 from core_model_parallel import ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-from torch.nn.parallel import DistributedDataParallel
 
 import core
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from diloco_job import ddp_reference, mlp  # the same MLP and hand-built DDP reference as the ddp job
+
 WORLD, GROUPS = 4, 2
-
-
-def mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
 
 
 def tensor_parallel(module: torch.nn.Module, mesh: Any) -> torch.nn.Module:
@@ -107,15 +104,7 @@ def equivalence(lite: core.Lite, extension: DiLoCoExtension, layout: str, rank: 
     sent = extension.traffic.bytes - before
     local_bytes = sum(local(parameter).numel() * 4 for parameter in model.parameters())
 
-    reference = mlp()
-    wrapped = DistributedDataParallel(reference)
-    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
-    for features, targets in data:
-        F.mse_loss(wrapped(features), targets).backward()
-        reference_optimizer.step()
-        reference_optimizer.zero_grad()
-    for attribute in ("logger", "reducer", "process_group"):
-        wrapped.__dict__.pop(attribute, None)
+    reference = ddp_reference(data)
     trained, start = whole(model), whole(mlp())
     reference_flat = torch.cat([parameter.detach().reshape(-1) for parameter in reference.parameters()])
     return {
