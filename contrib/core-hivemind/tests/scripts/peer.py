@@ -94,5 +94,6 @@ if __name__ == "__main__":
         delay_state_averaging=False,
         verbose=config.get("verbose", False),
         averager_opts=config.get("averager_opts"),
+        next_chunk_timeout=config.get("next_chunk_timeout"),  # through to hivemind.Optimizer (None: its default)
     )
     Lite(accelerator="cpu", strategy=strategy).launch(main, config)
