@@ -23,6 +23,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.serial, pyt
 
 PEERS = ("a", "b", "c")
 
+AVERAGED_TOLERANCE = 1e-6
+"""How far apart two peers' averaged weights may be. hivemind's all-reduce returns each peer the difference between
+the average and its own part, which the peer adds to its own tensor (``tensor.add_(delta)``), so the peers' float32
+results can differ in the last bit (a stress run saw 1 ULP, 9e-10 on a weight of 0.0128). A peer left out of a
+round, or one that stepped alone, ends 1e-3 or more away."""
+
+
+def largest_difference(one: dict[str, list[float]], other: dict[str, list[float]]) -> float:
+    assert one.keys() == other.keys()
+    return max(abs(x - y) for name in one for x, y in zip(one[name], other[name], strict=True))
+
 
 @pytest.fixture
 def collaboration(tmp_path: Path) -> Iterator[Collaboration]:
@@ -53,7 +64,8 @@ def test_three_peers_started_together_average_to_the_same_weights(collaboration:
     assert results["a"]["initial"] == results["b"]["initial"] == results["c"]["initial"]
     assert results["a"]["parameters"] != results["a"]["initial"]
     for name in ("b", "c"):
-        assert results[name]["parameters"] == results["a"]["parameters"], f"peer {name}'s weights differ from a's"
+        difference = largest_difference(results[name]["parameters"], results["a"]["parameters"])
+        assert difference <= AVERAGED_TOLERANCE, f"peer {name}'s weights differ from a's by up to {difference:.1e}"
     # 3 epochs of 24 samples at 8 per step: 9 steps in all when the peers share the work, 27 if each went alone.
     assert sum(result["steps"] for result in results.values()) < 27
     assert_loopback_only(collaboration.watch)
@@ -65,13 +77,14 @@ def test_a_peer_that_joins_late_downloads_the_state_of_the_running_ones(collabor
         collaboration.start(name, barrier=["a", "b"], epochs=2, hold=True, target_batch_size=16,
                             averager_opts={"target_group_size": 2})
     trained = {name: collaboration.read(f"result-{name}.json") for name in ("a", "b")}
-    assert trained["a"]["parameters"] == trained["b"]["parameters"]
+    assert largest_difference(trained["a"]["parameters"], trained["b"]["parameters"]) <= AVERAGED_TOLERANCE
     # The joiner starts from other weights (another seed) and trains nothing itself (epochs=0).
     collaboration.start("late", init_seed=1, epochs=0, target_batch_size=16)
     late = collaboration.finish("late")
     assert late["initial"] != trained["a"]["initial"]
     assert late["joined"]["epoch"] == trained["a"]["epoch"] == 2
-    assert late["joined"]["parameters"] == trained["a"]["parameters"]
+    # A download, not an average: exactly the weights of the peer it came from.
+    assert late["joined"]["parameters"] in (trained["a"]["parameters"], trained["b"]["parameters"])
     (collaboration.out / "release").touch()
     for name in ("a", "b"):
         collaboration.finish(name)
