@@ -19,10 +19,10 @@ from typing import Any, Final
 import attrs
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor
 
 from core import CheckpointError
-from core.toolkit.strategies import accept_whole_optimizer_state
+from core.toolkit.strategies import accept_whole_optimizer_state, placed_like
 
 from ._options import DiLoCoOptions
 
@@ -54,14 +54,6 @@ class InFlight:
 def local(tensor: torch.Tensor) -> torch.Tensor:
     """This rank's part of ``tensor``: the local shard of a ``DTensor``, the tensor itself otherwise."""
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
-
-
-def placed_like(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``value`` as ``like`` holds it: a whole tensor loaded for a ``DTensor`` becomes this rank's slice of it."""
-    if isinstance(like, DTensor) and not isinstance(value, DTensor):
-        return distribute_tensor(value.to(like.device, like.dtype), like.device_mesh, like.placements,
-                                 src_data_rank=None)
-    return value
 
 
 def split_fragments(parameters: Sequence[torch.Tensor], count: int) -> list[list[int]]:

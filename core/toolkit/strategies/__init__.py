@@ -49,7 +49,8 @@ copy its own data.
 :class:`ReplacedParameters` remembers which parameter replaced which at set-up, so that an optimizer made before
 points at the new ones and the originals get the trained values back; :func:`gather_full_state` gathers a state's
 ``DTensor`` s into whole tensors on the CPU (a collective); :func:`accept_whole_tensors` and
-:func:`accept_whole_optimizer_state` let ``load_state_dict`` take whole tensors and keep this rank's part.
+:func:`accept_whole_optimizer_state` let ``load_state_dict`` take whole tensors and keep this rank's part;
+:func:`placed_like` does it for one tensor.
 A module still holding ``DTensor`` s at the end of its run stays so: :data:`SHARDED_MODULES` (a
 :class:`ShardedModules`) keeps the default process group for it until exit, and :func:`full_state_dict` makes it
 whole when asked, one tensor at a time, on rank 0's CPU.
@@ -92,6 +93,7 @@ from core.toolkit.strategies._sharding import (
     accept_whole_tensors,
     full_state_dict,
     gather_full_state,
+    placed_like,
 )
 from core.toolkit.strategies._single import REDUCE_OPS, SingleDeviceStrategy, check_reduce_op, set_up_part
 from core.toolkit.strategies._steps import optimizer_step
@@ -129,6 +131,7 @@ __all__ = [
     "full_state_dict",
     "gather_full_state",
     "optimizer_step",
+    "placed_like",
     "set_up_part",
     "without_replicate",
 ]

@@ -111,6 +111,16 @@ def _placed_like(value: torch.Tensor, mesh: Any, placements: Any, device: torch.
     return distribute_tensor(value.to(device, dtype), mesh, placements, src_data_rank=None)
 
 
+def placed_like(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``value`` as ``like`` holds it: a whole tensor given for a ``DTensor`` becomes this rank's slice of it (on
+    ``like``'s device, in its dtype); anything else is returned as it is. No communication: every rank holds
+    ``value`` whole (as after loading a gathered checkpoint)."""
+    if _is_dtensor(like) and not _is_dtensor(value):
+        placed: torch.Tensor = _placed_like(value, like.device_mesh, like.placements, like.device, like.dtype)
+        return placed
+    return value
+
+
 def _is_whole_for(value: Any, shape: torch.Size) -> TypeGuard[torch.Tensor]:
     return isinstance(value, torch.Tensor) and not _is_dtensor(value) and value.shape == shape
 
@@ -156,8 +166,7 @@ def accept_whole_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
                 continue
             for key, value in list(entry.items()):
                 if _is_whole_for(value, parameter.shape):
-                    entry[key] = _placed_like(value, parameter.device_mesh, parameter.placements, parameter.device,
-                                              parameter.dtype)
+                    entry[key] = placed_like(value, parameter)
         return state_dict
 
     optimizer.register_load_state_dict_pre_hook(place_whole_tensors)
