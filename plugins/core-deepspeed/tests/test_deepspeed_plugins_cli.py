@@ -70,3 +70,32 @@ def test_check_reports_the_strategies_usable_where_deepspeed_imports(
     assert finished.returncode == 0, finished.stderr
     rows = {row["alias"]: row for row in json.loads(finished.stdout)["plugins"]}  # DeepSpeed's logs stay off stdout
     assert {rows[alias]["check"] for alias in ALIASES} == {"usable"}
+
+
+
+# One process of a deepspeed run: the run imports deepspeed when it connects (see core_deepspeed's docstring).
+IMPORT_THEN_MLFLOW = """
+import sys
+from core import Lite
+lite = Lite(accelerator="cpu", strategy="deepspeed", devices=1)
+lite.launch()
+import deepspeed.autotuning.autotuner as autotuner
+print("mlflow imported by deepspeed:", "mlflow" in sys.modules, autotuner.has_mlflow)
+import mlflow
+print("mlflow importable after:", mlflow.__name__)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_run_imports_deepspeed_without_mlflow_which_stays_importable(
+    command: Callable[..., Any], tmp_path: Path
+) -> None:
+    pytest.importorskip("mlflow", reason="the test extra installs MLflow; without it there is nothing to hide")
+    script = tmp_path / "import_deepspeed.py"
+    script.write_text(IMPORT_THEN_MLFLOW)
+    finished = command([sys.executable, str(script)], cwd=tmp_path, timeout=120)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    # deepspeed's autotuner did not import MLflow (and pandas: 1.5 s of CPU per rank); the script still can.
+    assert finished.stdout.splitlines() == [
+        "mlflow imported by deepspeed: False False", "mlflow importable after: mlflow",
+    ], finished.stdout
