@@ -60,14 +60,19 @@ typecheck: setup-all
 # runs everything in one process, in order. A phase that selects no test (PYTEST_ARGS="-k ...") is not a failure.
 # --no-loadscope-reorder: the files go out heaviest first, in the order tests/conftest.py gives the workers
 # (xdist's own order, the files with the most tests first, left the heaviest files, which have few tests, to the end).
+# The parallel part lists the files of the serial tests it left out (tests/conftest.py, CORE_SERIAL_FILES), and the
+# serial part collects only those (none listed: the whole suite, as before).
 PYTEST_WORKERS ?= 2
+SERIAL_FILES := $(CURDIR)/$(VENV)/.serial-files
 unit: setup-all
 	if [ "$(PYTEST_WORKERS)" = 0 ]; then \
 		$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS); \
 	else \
-		$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-			-m "not serial" $(PYTEST_ARGS) || [ $$? = 5 ]; \
-		$(PY) -m pytest -q --durations=5 -m serial $(PYTEST_ARGS) || [ $$? = 5 ]; \
+		rm -f $(SERIAL_FILES).*; \
+		CORE_SERIAL_FILES=$(SERIAL_FILES) $(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile \
+			--no-loadscope-reorder -m "not serial" $(PYTEST_ARGS) || [ $$? = 5 ]; \
+		serial_files=$$(cat $(SERIAL_FILES).* 2>/dev/null | sort -u || true); \
+		$(PY) -m pytest -q --durations=5 -m serial $(PYTEST_ARGS) $$serial_files || [ $$? = 5 ]; \
 	fi
 
 # The three phases in order, each one's wall time and the CPU time of its processes (bash's `time`).

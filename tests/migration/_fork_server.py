@@ -3,10 +3,11 @@
 Each program still runs in a process of its own, a fork of the server: its own pid, command line
 (``sys.argv``, ``sys.orig_argv``), environment, working directory, ``sys.path`` and output files, and it ends
 as ``python program.py ARGS`` would (its ``atexit`` handlers run, an uncaught exception exits 1). What it does
-not pay is ``import torch`` (about 1.5 s of CPU of the 2-3 s a program run costs on the CI machine). A program
-that starts more ranks starts them as fresh interpreters (the ddp launcher runs ``sys.orig_argv`` again), as it
-would under ``python``. torch is imported with the programs' own environment (``OMP_NUM_THREADS=1``) and runs
-nothing before the fork, as a DataLoader's worker processes are forked from a parent that imported torch.
+not pay is ``import torch`` and ``import torch._dynamo`` (about 2 s of CPU of the 3-4 s a program run costs on the
+CI machine). A program that starts more ranks starts them as fresh interpreters (the ddp launcher runs
+``sys.orig_argv`` again), as it would under ``python``. torch is imported with the programs' own environment
+(``OMP_NUM_THREADS=1``) and runs nothing before the fork, as a DataLoader's worker processes are forked from a parent
+that imported torch.
 
 Run as ``python _fork_server.py``: one JSON request a line on stdin, ``{"argv": [program, arg, ...], "cwd": ...,
 "env": {...}, "stdout": path, "stderr": path}``; it answers ``{"pid": N}`` once the program's process exists and
@@ -67,11 +68,19 @@ def become(request: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    # What every program imports first, and nearly all of its start-up time.
+    # What every program imports first, and nearly all of its start-up time: torch, and torch._dynamo, which
+    # torch imports at a program's first optimizer (Optimizer.add_param_group is wrapped by torch._disable_dynamo):
+    # about 1 s of CPU more per program. Neither starts a thread.
+    import gc
+
     import torch
+    import torch._dynamo
     import torch.distributed
     import torch.utils.data  # noqa: F401
 
+    # Out of the cyclic garbage collector's reach in every fork: its collections while the program runs, and the
+    # walk at its exit, skip what the server imported (the program's own objects are collected as usual).
+    gc.freeze()
     request = serve()
     if request is not None:
         become(request)
