@@ -123,6 +123,7 @@ def alternate_blocks(raw_parts: Loop, framework_parts: Loop, steps: int, blocks:
 
 def _calls(parts: Loop, steps: int) -> float:
     """Python-level calls (Python functions and the builtins they call) per step of ``parts``, after a warm-up."""
+    import gc
     import sys
 
     calls = 0
@@ -134,15 +135,26 @@ def _calls(parts: Loop, steps: int) -> float:
 
     model, optimizer, loader, backward = parts
     iterator = iter(loader)
-    for step in range(WARMUP + steps):
-        if step == WARMUP:
-            sys.setprofile(count)
-        features, labels = next(iterator)
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(features), labels)
-        backward(loss)
-        optimizer.step()
-    sys.setprofile(None)
+    # No garbage collection while counting: a collection runs the finalizers and weakref callbacks of whatever
+    # became garbage before (in a test process, earlier tests' objects), calls that are not the step's. A CI run
+    # counted 5 such calls over 30 raw steps once the pytest workers froze their imports (gc.freeze changes when
+    # collections come).
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for step in range(WARMUP + steps):
+            if step == WARMUP:
+                sys.setprofile(count)
+            features, labels = next(iterator)
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(features), labels)
+            backward(loss)
+            optimizer.step()
+    finally:
+        sys.setprofile(None)
+        if collecting:
+            gc.enable()
     return calls / steps
 
 

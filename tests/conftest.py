@@ -189,6 +189,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [items[index] for index in order]
 
 
+SITE = Path(__file__).parent / "site"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process the tests start imports tests/site/sitecustomize.py first (fewer garbage collections while
+    torch imports: see its docstring); a test that builds its environment without PYTHONPATH goes without."""
+    paths = [str(SITE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    gc.set_threshold(*SITE_THRESHOLDS)  # this pytest process too
+
+
+SITE_THRESHOLDS = (10_000, 10, 10)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Out of the cyclic garbage collector's reach: what the collection imported (torch, the plugins, the test
     modules) lives as long as the pytest process anyway. Every full collection during the tests, and the exit,
