@@ -1,6 +1,7 @@
 """Real kills: SIGKILL a worker of a torchrun job mid-epoch, and processes in the middle of saves.
 
-``CORE_KILL_TRIALS`` sets how many kills per checkpoint_io the save test makes (3 by default; CI runs 20).
+``CORE_KILL_TRIALS`` sets how many kills per checkpoint_io the save test makes (3 by default, as `make test` runs
+it; 20 for a longer look).
 """
 
 from __future__ import annotations
