@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import runpy
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping
@@ -197,10 +198,7 @@ def pytest_configure(config: pytest.Config) -> None:
     torch imports: see its docstring); a test that builds its environment without PYTHONPATH goes without."""
     paths = [str(SITE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    gc.set_threshold(*SITE_THRESHOLDS)  # this pytest process too
-
-
-SITE_THRESHOLDS = (10_000, 10, 10)
+    runpy.run_path(str(SITE / "sitecustomize.py"))  # this pytest process too (it started before the path was set)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
