@@ -10,11 +10,14 @@ than as a red CI run once in a while. A test file counts as multi-process when i
     python scripts/stress.py --repeat 0 --jobs 8 --rounds 5   # only the concurrent jobs
     python scripts/stress.py --workers 2 --record runs.jsonl  # two files at once, every run appended to a record
     python scripts/stress.py --summarize a.jsonl b.jsonl      # the counts over earlier records, nothing run
+    python scripts/stress.py --workers 2 --record runs.jsonl --resume   # go on where that record stopped
 
 With ``--workers 2`` two files run at once, as under ``make unit``; a file holding tests marked ``serial``
 (timing-sensitive, see CONTRIBUTING) always runs alone. ``--record`` appends one JSON line per file run (its
 repetition, every test's outcome and the first lines of each failure) as soon as the run ends, so an
 interrupted stress run keeps what it measured, and runs of several sessions add up with ``--summarize``.
+``--resume`` skips the file runs and job rounds its record already holds, so a ``make stress`` longer than one
+sitting finishes over several; each entry names the commit it ran, and the summary lists them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ JOB_SCRIPT = ROOT / "plugins" / "core-ddp" / "tests" / "scripts" / "rendezvous_j
 _LAUNCH_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                      "LOCAL_WORLD_SIZE", "CORE_DDP_JOB")
 _FAILURE_CHARS = 2000  # of each failure's text kept in the record: the assertion and the end of the traceback
+JOBS = "concurrent 2-process ddp jobs"  # the record's name for a round of them, beside the test files' paths
 
 
 def multi_process_files(only: Sequence[str] | None = None) -> list[Path]:
@@ -55,6 +59,18 @@ def multi_process_files(only: Sequence[str] | None = None) -> list[Path]:
 def runs_alone(path: Path) -> bool:
     """A file with tests marked ``serial`` depends on timing a second file running beside it would disturb."""
     return "mark.serial" in path.read_text()
+
+
+def current_commit() -> str:
+    """The checkout's commit, with "+changes" when files differ from it ("" outside a git checkout)."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return commit + ("+changes" if changed else "")
 
 
 def clean_environment() -> dict[str, str]:
@@ -88,19 +104,25 @@ def run_file(path: Path, report: Path, timeout: float) -> tuple[dict[str, str], 
 class Tally:
     """Runs and failures per test; each file run is printed, and appended to the record, as it ends."""
 
-    def __init__(self, record: Path | None) -> None:
+    def __init__(self, record: Path | None, commit: str = "") -> None:
         self.runs: collections.Counter[str] = collections.Counter()
         self.failed: collections.Counter[str] = collections.Counter()
         self.failures: list[str] = []
         self.files: set[str] = set()
+        self.done: set[tuple[str, int]] = set()  # (file, repetition) pairs already run
+        self.commits: collections.Counter[str] = collections.Counter()  # file runs per commit
         self.record = record
+        self.commit = commit
         self._lock = threading.Lock()
 
     def add(self, file: str, repetition: int, outcomes: dict[str, str], note: str = "", seconds: float = 0.0,
-            *, echo: bool = True, write: bool = True) -> None:
+            *, echo: bool = True, write: bool = True, commit: str | None = None) -> None:
         """One run of ``file``: each test's failure text ("" when it passed) and a note when the file itself failed."""
+        commit = self.commit if commit is None else commit
         with self._lock:
             self.files.add(file)
+            self.done.add((file, repetition))
+            self.commits[commit or "unknown commit"] += 1
             if note:
                 self.runs[file] += 1
                 self.failed[file] += 1
@@ -117,7 +139,7 @@ class Tally:
                       flush=True)
             if write and self.record is not None:
                 entry = {"file": file, "repetition": repetition, "outcomes": outcomes, "note": note,
-                         "seconds": round(seconds, 1)}
+                         "seconds": round(seconds, 1), "commit": commit}
                 with self.record.open("a") as stream:
                     stream.write(json.dumps(entry) + "\n")
 
@@ -126,7 +148,10 @@ class Tally:
             return
         counts = sorted(set(self.runs.values()))
         spread = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        print(f"\n{len(self.files)} multi-process test file(s), {len(self.runs)} test(s), {spread} run(s) each:")
+        files = len(self.files - {JOBS})
+        rounds = sum(1 for file, _ in self.done if file == JOBS)
+        jobs = f" and {rounds} round(s) of concurrent ddp jobs" if rounds else ""
+        print(f"\n{files} multi-process test file(s){jobs}, {len(self.runs)} test(s), {spread} run(s) each:")
         for name in sorted(self.runs, key=lambda name: (-self.failed[name], name)):
             if self.failed[name]:
                 print(f"  {self.failed[name]}/{self.runs[name]} failed  {name}")
@@ -134,16 +159,18 @@ class Tally:
         print(f"  {len(clean)} other test(s): 0 failed in {sum(self.runs[name] for name in clean)} run(s)")
         for failure in self.failures:
             print(f"  failure: {failure}")
+        print("  commits: " + ", ".join(f"{commit} ({runs} run(s))" for commit, runs in sorted(self.commits.items())))
 
 
-def read_records(paths: Iterable[Path]) -> Tally:
-    tally = Tally(record=None)
+def read_records(paths: Iterable[Path], tally: Tally | None = None) -> Tally:
+    """Add the runs of these records to ``tally`` (a new one when None) without writing them again."""
+    tally = Tally(record=None) if tally is None else tally
     for path in paths:
         for line in path.read_text().splitlines():
             if line.strip():
                 entry = json.loads(line)
                 tally.add(entry["file"], entry["repetition"], entry["outcomes"], entry.get("note", ""),
-                          entry.get("seconds", 0.0), echo=False, write=False)
+                          entry.get("seconds", 0.0), echo=False, write=False, commit=entry.get("commit", ""))
     return tally
 
 
@@ -159,22 +186,30 @@ def run_files(files: list[Path], repeat: int, workers: int, timeout: float, tall
     with tempfile.TemporaryDirectory(prefix="core-stress-reports-") as scratch:
         reports = Path(scratch)
         for repetition in range(repeat):
-            shared = [path for path in files if not runs_alone(path)]
+            left = [path for path in files if (str(path.relative_to(ROOT)), repetition) not in tally.done]
+            shared = [path for path in left if not runs_alone(path)]
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 for future in [pool.submit(one, path, repetition, reports) for path in shared]:
                     future.result()
-            for path in files:
+            for path in left:
                 if runs_alone(path):
                     one(path, repetition, reports)
             print(f"[stress] repetition {repetition + 1}/{repeat} done ({time.monotonic() - started:.0f} s, "
                   f"{sum(tally.failed.values())} failure(s) so far)", flush=True)
 
 
-def run_jobs(count: int, rounds: int, timeout: float) -> tuple[int, int, list[str]]:
-    """``count`` 2-process ddp jobs at once, ``rounds`` times: (jobs, failed, first lines of failures)."""
+def run_jobs(count: int, rounds: int, timeout: float, tally: Tally) -> tuple[int, int, list[str]]:
+    """``count`` 2-process ddp jobs at once, ``rounds`` times: (jobs, failed, first lines of failures).
+
+    Each round goes to ``tally`` (and its record) as one run of ``JOBS``; a round the tally already holds is skipped.
+    """
     failures: list[str] = []
     total = 0
-    for _ in range(rounds):
+    for round_index in range(rounds):
+        if (JOBS, round_index) in tally.done:
+            continue
+        began = time.monotonic()
+        outcomes: dict[str, str] = {}
         with tempfile.TemporaryDirectory(prefix="core-stress-") as scratch:
             started = []
             for index in range(count):
@@ -185,18 +220,24 @@ def run_jobs(count: int, rounds: int, timeout: float) -> tuple[int, int, list[st
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 )
                 started.append((out, process))
-            for out, process in started:
+            for index, (out, process) in enumerate(started):
                 total += 1
+                failure = ""
                 try:
                     _, stderr = process.communicate(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     process.kill()
-                    failures.append("a job did not finish in time")
-                    continue
-                sums = [json.loads(p.read_text())["sum"] for p in sorted(out.glob("rank-*.json"))]
-                if process.returncode != 0 or sums != [3.0, 3.0]:
-                    lines = [line for line in stderr.splitlines() if line.strip()]
-                    failures.append(lines[-1] if lines else f"exit {process.returncode}, sums {sums}")
+                    process.communicate()
+                    failure = "a job did not finish in time"
+                else:
+                    sums = [json.loads(p.read_text())["sum"] for p in sorted(out.glob("rank-*.json"))]
+                    if process.returncode != 0 or sums != [3.0, 3.0]:
+                        lines = [line for line in stderr.splitlines() if line.strip()]
+                        failure = lines[-1] if lines else f"exit {process.returncode}, sums {sums}"
+                if failure:
+                    failures.append(failure)
+                outcomes[f"{JOBS}::job {index}"] = failure
+        tally.add(JOBS, round_index, outcomes, seconds=time.monotonic() - began)
     return total, len(failures), failures
 
 
@@ -213,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of concurrent jobs")
     parser.add_argument("--file-timeout", type=float, default=1200.0, help="seconds one test file may take")
     parser.add_argument("--record", type=Path, help="append every file run to this JSON-lines file as it ends")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --record: skip the file runs and job rounds that record already holds")
     parser.add_argument("--summarize", type=Path, nargs="+", metavar="RECORD",
                         help="print the counts over these records and run nothing")
     options = parser.parse_args(argv)
@@ -222,24 +265,30 @@ def main(argv: list[str] | None = None) -> int:
         tally.report()
         return 1 if sum(tally.failed.values()) else 0
 
+    if options.resume and options.record is None:
+        parser.error("--resume goes on from a record: name it with --record FILE")
     started = time.monotonic()
-    tally = Tally(options.record)
+    tally = Tally(options.record, current_commit())
+    if options.resume and options.record.exists():
+        read_records([options.record], tally)
+        print(f"[stress] resuming: {len(tally.done)} file run(s) and job round(s) already in {options.record}",
+              flush=True)
     files = multi_process_files(options.only) if options.repeat > 0 else []
     if options.repeat > 0 and options.only and not files:
         parser.error(f"--only {' '.join(options.only)}: no multi-process test file's path contains that; "
                      "they are the files marked distributed (see CONTRIBUTING)")
     if files:
         run_files(files, options.repeat, options.workers, options.file_timeout, tally)
-        tally.report()
     total_jobs = failed_jobs = 0
     if options.jobs > 0 and options.rounds > 0:
-        total_jobs, failed_jobs, failures = run_jobs(options.jobs, options.rounds, options.file_timeout)
+        total_jobs, failed_jobs, failures = run_jobs(options.jobs, options.rounds, options.file_timeout, tally)
         print(f"\n{options.rounds} round(s) of {options.jobs} concurrent 2-process ddp jobs: "
               f"{failed_jobs}/{total_jobs} failed")
         for failure in failures[:10]:
             print(f"  {failure}")
+    tally.report()  # every run, a resumed record's included
     print(f"\n[stress] {time.monotonic() - started:.0f} s in all")
-    return 1 if sum(tally.failed.values()) or failed_jobs else 0
+    return 1 if sum(tally.failed.values()) else 0
 
 
 if __name__ == "__main__":

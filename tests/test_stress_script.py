@@ -51,6 +51,7 @@ def test_the_record_keeps_every_run_and_the_summary_adds_records_up(
     assert "1/1 failed  tests/test_b.py" in out
     assert "1 other test(s): 0 failed in 2 run(s)" in out
     assert "30 < 27" in out and "did not finish within 1200 s" in out
+    assert "commits: unknown commit (3 run(s))" in out  # these entries were written without a commit
 
     clean = tmp_path / "clean.jsonl"
     stress.Tally(clean).add("tests/test_a.py", 0, {"test_a::test_x": ""})
@@ -83,3 +84,36 @@ def test_an_only_matching_no_file_is_an_error_naming_it(capsys: pytest.CaptureFi
         stress.main(["--repeat", "1", "--only", "no-such-file", "--jobs", "0"])
     assert exited.value.code == 2
     assert "--only no-such-file: no multi-process test file's path contains that" in capsys.readouterr().err
+
+
+def test_resume_runs_only_what_the_record_lacks_and_notes_each_runs_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Scheduling only: run_file is replaced by a stand-in that notes its calls, so no test file really runs here
+    # (test_a_file_run_reports_each_test_with_the_failure_text covers the real run).
+    record = tmp_path / "record.jsonl"
+    first, second = stress.multi_process_files(["bench_smoke", "powersgd_bytes"])
+    earlier = stress.Tally(record, commit="abc1234")
+    earlier.add(str(first.relative_to(stress.ROOT)), 0, {"bench::test_x": ""})
+    earlier.add(stress.JOBS, 0, {f"{stress.JOBS}::job 0": ""})
+
+    calls: list[tuple[str, int]] = []
+
+    def run_file(path: Path, report: Path, timeout: float) -> tuple[dict[str, str], str]:
+        calls.append((path.name, int(report.name.split("-", 1)[0])))
+        return {f"{path.stem}::test_x": ""}, ""
+
+    monkeypatch.setattr(stress, "run_file", run_file)
+    resumed = stress.Tally(record, commit="def5678")
+    stress.read_records([record], resumed)
+    stress.run_files([first, second], 2, 1, 60.0, resumed)
+    assert sorted(calls) == sorted([(second.name, 0), (first.name, 1), (second.name, 1)])
+    assert stress.run_jobs(8, 1, 60.0, resumed) == (0, 0, [])  # the one round is in the record: no job started
+    entries = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [entry["commit"] for entry in entries] == ["abc1234", "abc1234", "def5678", "def5678", "def5678"]
+
+
+def test_resume_needs_a_record(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        stress.main(["--resume", "--repeat", "0", "--jobs", "0"])
+    assert "--resume goes on from a record" in capsys.readouterr().err
