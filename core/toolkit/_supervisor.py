@@ -215,14 +215,19 @@ def abort(supervisor: Supervisor, found: Sequence[Failure]) -> None:
     if not supervisor.claim():
         while True:
             time.sleep(1)
-    stopped = supervisor.stop()
-    # The real stderr: an exception hook (torch.distributed's) may have redirected sys.stderr to a buffer.
-    print(supervisor.report(found, stopped), file=sys.__stderr__ or sys.stderr, flush=True)
-    if supervisor.scratch is not None:
-        shutil.rmtree(supervisor.scratch, ignore_errors=True)
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-    os._exit(1)
+    try:
+        stopped = supervisor.stop()
+        # The real stderr: an exception hook (torch.distributed's) may have redirected sys.stderr to a buffer. A
+        # stderr whose reader went away (a closed pipe) raises here; the process must end all the same, or the
+        # other caller waits above for ever.
+        with contextlib.suppress(Exception):
+            print(supervisor.report(found, stopped), file=sys.__stderr__ or sys.stderr, flush=True)
+        if supervisor.scratch is not None:
+            shutil.rmtree(supervisor.scratch, ignore_errors=True)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+    finally:
+        os._exit(1)
 
 
 # --------------------------------------------------------------------------------------------------
