@@ -108,7 +108,6 @@ class Tally:
         self.runs: collections.Counter[str] = collections.Counter()
         self.failed: collections.Counter[str] = collections.Counter()
         self.failures: list[str] = []
-        self.files: set[str] = set()
         self.done: set[tuple[str, int]] = set()  # (file, repetition) pairs already run
         self.commits: collections.Counter[str] = collections.Counter()  # file runs per commit
         self.record = record
@@ -120,7 +119,6 @@ class Tally:
         """One run of ``file``: each test's failure text ("" when it passed) and a note when the file itself failed."""
         commit = self.commit if commit is None else commit
         with self._lock:
-            self.files.add(file)
             self.done.add((file, repetition))
             self.commits[commit or "unknown commit"] += 1
             if note:
@@ -148,7 +146,7 @@ class Tally:
             return
         counts = sorted(set(self.runs.values()))
         spread = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        files = len(self.files - {JOBS})
+        files = len({file for file, _ in self.done} - {JOBS})
         rounds = sum(1 for file, _ in self.done if file == JOBS)
         jobs = f" and {rounds} round(s) of concurrent ddp jobs" if rounds else ""
         print(f"\n{files} multi-process test file(s){jobs}, {len(self.runs)} test(s), {spread} run(s) each:")
