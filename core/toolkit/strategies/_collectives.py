@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ._errors import translate
+from ._settle import settle
 
 _Result = TypeVar("_Result")
 
@@ -108,3 +109,18 @@ class Communicator:
             self.call(label, dist.barrier, device_ids=device_ids)
         else:
             self.call(label, dist.barrier)
+
+    def last_barrier(self, device_ids: list[int] | None) -> None:
+        """The teardown's barrier, after which the process may end: gloo's worker threads are idle when it returns.
+
+        The barrier's operation stays referenced here until :func:`settle` saw the workers asleep, so that it, and
+        the operations it waited for, are freed on this thread with the GIL rather than on a worker that could
+        still be freeing them when the interpreter shuts down (:mod:`._settle`).
+        """
+        label = "barrier 'teardown'"
+        kwargs: dict[str, Any] = {"device_ids": device_ids} if device_ids is not None else {}
+        work = self.call(label, dist.barrier, async_op=True, **kwargs)
+        if work is not None:
+            self.call(label, work.wait)
+        settle()
+        del work

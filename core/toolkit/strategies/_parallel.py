@@ -351,7 +351,7 @@ class ParallelStrategy(SingleDeviceStrategy):
             self._launcher.end_run()
         if not dist.is_initialized():
             return
-        self.communicator.barrier("teardown", self._barrier_device_ids())
+        self.communicator.last_barrier(self._barrier_device_ids())
         self._communicator = None
         SHARDED_MODULES.add(self._set_up_modules)
         if SHARDED_MODULES.needs_group():

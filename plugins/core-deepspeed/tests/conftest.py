@@ -47,7 +47,9 @@ def native_backtraces(directory: Path, timeout: float = 120) -> str:
     """The C++ stacks of a rank that died by a signal, read from its core file with gdb; the core is removed.
 
     Diagnostics only: a rare abort at a rank's exit ("terminate called without an active exception" in a stage-3
-    job, about 1 run in 100 on a loaded machine) was root-caused from the stacks this printed. A core lands
+    job, about 1 run in 100 on a loaded machine) was root-caused from the stacks this printed: a gloo worker freeing
+    the teardown barrier's operations during interpreter shutdown, closed by the teardown's wait for idle workers
+    (core/toolkit/strategies/_settle.py, tests/test_teardown_settle.py). A core lands
     in the rank's working directory where the kernel's core_pattern is a plain file name; elsewhere, or without
     gdb, this says so.
     """
