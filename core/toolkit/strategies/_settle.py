@@ -15,8 +15,9 @@ asleep, so the frees they had pending have run, while the interpreter is alive. 
 held by the caller across :func:`settle`, so that its last reference, and with it the operations it waited for, is
 dropped on the main thread, with the GIL, not on a worker.
 
-A worker counts as idle when it sleeps in an untimed futex wait (its queue's condition variable), the same one over
-a window longer than the interpreter's switch interval, with its context switches unchanged. A worker waiting for
+A worker counts as idle when it sleeps in an untimed futex wait (its queue's condition variable) at both ends of a
+window longer than the interpreter's switch interval, with its context switches unchanged in between (the futex's
+address is not compared). A worker waiting for
 the GIL waits with a timeout, one in a collective too (gloo's receive has the group's timeout), one in ``time.sleep``
 is not in a futex, and one running or waiting to run is in state ``R``: all of them are waited for, up to
 :func:`settle`'s ``timeout``. So is a collective that never completes (an operation the other ranks never started, on
