@@ -44,6 +44,9 @@ def fit(module: tm.Classifier, recorder: tm.Recorder | None = None, epochs: int 
 
 def test_step_epoch_and_validation_values_are_the_metrics_and_it_is_reset_each_epoch() -> None:
     recorder = tm.Recorder()
+    # Seeded before the module is built: torch seeds each process at random, and with random initial weights the
+    # sample-level accuracy equals the mean of batch accuracies for 22 of 500 initialisations (the check below fails).
+    core.seed_everything(5, verbose=False)
     module = tm.Classifier()
     fit(module, recorder)
     steps = [metrics["train_acc_step"] for _, metrics in recorder.records if "train_acc_step" in metrics]
