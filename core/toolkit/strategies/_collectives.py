@@ -104,11 +104,7 @@ class Communicator:
         return received
 
     def barrier(self, name: str | None, device_ids: list[int] | None) -> None:
-        label = f"barrier {name!r}" if name else "barrier"
-        if device_ids is not None:
-            self.call(label, dist.barrier, device_ids=device_ids)
-        else:
-            self.call(label, dist.barrier)
+        self.call(f"barrier {name!r}" if name else "barrier", dist.barrier, device_ids=device_ids)
 
     def last_barrier(self, device_ids: list[int] | None) -> None:
         """The teardown's barrier, after which the process may end: gloo's worker threads are idle when it returns.
@@ -118,8 +114,7 @@ class Communicator:
         still be freeing them when the interpreter shuts down (:mod:`._settle`).
         """
         label = "barrier 'teardown'"
-        kwargs: dict[str, Any] = {"device_ids": device_ids} if device_ids is not None else {}
-        work = self.call(label, dist.barrier, async_op=True, **kwargs)
+        work = self.call(label, dist.barrier, async_op=True, device_ids=device_ids)
         if work is not None:
             self.call(label, work.wait)
         settle()
