@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -27,6 +29,11 @@ from core.testing.sockets import SocketWatch
 
 RAY = str(Path(sys.executable).with_name("ray"))
 SCRIPTS = Path(__file__).parent / "scripts"
+# Ray puts its sockets at TEMP_DIR/session_<date>_<time>_<microseconds>_<pid>/sockets/plasma_store, and an AF_UNIX
+# path holds at most 107 bytes: with a 7-digit pid that leaves 43 for TEMP_DIR. pytest's tmp_path does not fit once
+# its counter reaches 4 digits (/tmp/pytest-of-root/pytest-1272/popen-gw0/ray0 is 46), hence a directory of our own.
+_RAY_SOCKET_SUFFIX = len("/session_2026-11-28_10-50-50_538245_1234567/sockets/plasma_store")
+_UNIX_PATH_MAX = 107
 _LAUNCH_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                      "LOCAL_WORLD_SIZE", "CORE_GLOBAL_SEED", "CORE_DDP_JOB", "CORE_LISTEN_FD", "RAY_ADDRESS")
 
@@ -115,13 +122,31 @@ def stop_cluster(cluster: RayCluster, grace: float = 3.0) -> list[int]:
     return pids
 
 
+def short_directory() -> Path:
+    """A new private directory short enough for Ray's socket paths (under the system's temporary directory)."""
+    directory = Path(tempfile.mkdtemp(prefix="core-ray-"))
+    if len(str(directory)) + _RAY_SOCKET_SUFFIX > _UNIX_PATH_MAX:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise RuntimeError(
+            f"{directory} is too long for Ray's socket paths ({len(str(directory))} bytes; at most "
+            f"{_UNIX_PATH_MAX - _RAY_SOCKET_SUFFIX} leave room for session_.../sockets/plasma_store in an AF_UNIX "
+            "path): set TMPDIR to a shorter directory, such as /tmp"
+        )
+    return directory
+
+
 @contextlib.contextmanager
-def cluster_at(directory: Path, num_cpus: int = 4) -> Iterator[RayCluster]:
-    cluster = start_cluster(directory, num_cpus)
+def running_cluster(num_cpus: int = 4) -> Iterator[RayCluster]:
+    """A cluster in a directory of its own (:func:`short_directory`), stopped and its directory removed at the end."""
+    directory = short_directory()
     try:
-        yield cluster
+        cluster = start_cluster(directory, num_cpus)
+        try:
+            yield cluster
+        finally:
+            stop_cluster(cluster)
     finally:
-        stop_cluster(cluster)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @attrs.frozen

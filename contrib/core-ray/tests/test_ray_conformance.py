@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ray_cluster import RayCluster, cluster_at
+from ray_cluster import RayCluster, running_cluster
 
 from core.testing import ExtensionConformance, StrategyConformance
 from core.testing.sockets import SocketWatch
@@ -25,9 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+def cluster() -> Iterator[RayCluster]:
     pytest.importorskip("ray")
-    with cluster_at(tmp_path_factory.mktemp("ray"), num_cpus=4) as running:
+    with running_cluster(num_cpus=4) as running:
         yield running
 
 

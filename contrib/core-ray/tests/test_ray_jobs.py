@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
-from ray_cluster import SCRIPTS, RayCluster, cluster_at, run_driver
+from ray_cluster import SCRIPTS, RayCluster, run_driver, running_cluster
 
 from core.testing.sockets import SocketWatch
 
@@ -27,9 +27,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(300
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+def cluster() -> Iterator[RayCluster]:
     pytest.importorskip("ray")
-    with cluster_at(tmp_path_factory.mktemp("ray"), num_cpus=4) as running:
+    with running_cluster(num_cpus=4) as running:
         yield running
 
 
