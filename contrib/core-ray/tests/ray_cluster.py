@@ -73,6 +73,12 @@ class RayCluster:
 
 def start_cluster(directory: Path, num_cpus: int = 4) -> RayCluster:
     """``ray start --head`` on 127.0.0.1 with private ports and ``directory`` as its temporary directory."""
+    if len(str(directory)) + _RAY_SOCKET_SUFFIX > _UNIX_PATH_MAX:
+        raise RuntimeError(
+            f"{directory} is too long for Ray's socket paths ({len(str(directory))} bytes; at most "
+            f"{_UNIX_PATH_MAX - _RAY_SOCKET_SUFFIX} leave room for session_.../sockets/plasma_store in an AF_UNIX "
+            "path): set TMPDIR to a shorter directory, such as /tmp"
+        )
     token = uuid.uuid4().hex
     environment = {
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # keep 127.0.0.1 (else Ray advertises the network address)
@@ -122,23 +128,10 @@ def stop_cluster(cluster: RayCluster, grace: float = 3.0) -> list[int]:
     return pids
 
 
-def short_directory() -> Path:
-    """A new private directory short enough for Ray's socket paths (under the system's temporary directory)."""
-    directory = Path(tempfile.mkdtemp(prefix="core-ray-"))
-    if len(str(directory)) + _RAY_SOCKET_SUFFIX > _UNIX_PATH_MAX:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise RuntimeError(
-            f"{directory} is too long for Ray's socket paths ({len(str(directory))} bytes; at most "
-            f"{_UNIX_PATH_MAX - _RAY_SOCKET_SUFFIX} leave room for session_.../sockets/plasma_store in an AF_UNIX "
-            "path): set TMPDIR to a shorter directory, such as /tmp"
-        )
-    return directory
-
-
 @contextlib.contextmanager
 def running_cluster(num_cpus: int = 4) -> Iterator[RayCluster]:
-    """A cluster in a directory of its own (:func:`short_directory`), stopped and its directory removed at the end."""
-    directory = short_directory()
+    """A cluster in a new directory under the system's temporary one; stopped, and the directory removed, at the end."""
+    directory = Path(tempfile.mkdtemp(prefix="core-ray-"))
     try:
         cluster = start_cluster(directory, num_cpus)
         try:
