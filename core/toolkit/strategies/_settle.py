@@ -17,13 +17,12 @@ dropped on the main thread, with the GIL, not on a worker.
 
 A worker counts as idle when it sleeps in an untimed futex wait (its queue's condition variable) at both ends of a
 window longer than the interpreter's switch interval, with its context switches unchanged in between (the futex's
-address is not compared). A worker waiting for
-the GIL waits with a timeout, one in a collective too (gloo's receive has the group's timeout), one in ``time.sleep``
-is not in a futex, and one running or waiting to run is in state ``R``: all of them are waited for, up to
-:func:`settle`'s ``timeout``. So is a collective that never completes (an operation the other ranks never started, on
-a group of the user's): the teardown then goes on after ``timeout``. Linux only (``/proc``); where a thread's
-``wchan`` or ``syscall`` cannot be read, its state and context switches alone decide; elsewhere :func:`settle`
-returns at once.
+address is not compared). A worker waiting for the GIL waits with a timeout, one in a collective too (gloo's receive has
+the group's timeout), one in ``time.sleep`` is not in a futex, and one running or waiting to run is in state ``R``: all
+of them are waited for, up to :func:`settle`'s ``timeout``. So is a collective that never completes (an operation the
+other ranks never started, on a group of the user's): the teardown then goes on after ``timeout``. Linux only
+(``/proc``); where a thread's ``wchan`` or ``syscall`` cannot be read, its state and context switches alone decide;
+elsewhere :func:`settle` returns at once.
 """
 
 from __future__ import annotations
