@@ -220,7 +220,7 @@ def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> 
 
 
 def _log_hyperparameters(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
-    if not trainer.is_global_zero or not trainer.loggers:
+    if not trainer.enable_autolog_hparams or not trainer.is_global_zero or not trainer.loggers:
         return
     params: dict[str, Any] = {}
     for owner in (datamodule, module):
