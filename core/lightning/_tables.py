@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from core.lightning._names import Entry, Target, Unsupported
+from core.lightning._entries import Entry, Target, Unsupported
 
 _PLUGIN_CLASS = (
     "core's strategies are plugins selected by alias; write a class with @core.hookimpl methods "
