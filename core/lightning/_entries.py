@@ -6,9 +6,13 @@ The records alone, below everything that reads the tables (``_names`` answers na
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+from pathlib import Path
+
 import attrs
 
-__all__ = ["Entry", "Target", "Unsupported"]
+__all__ = ["Entry", "Target", "Unsupported", "public_names"]
 
 
 @attrs.frozen
@@ -32,3 +36,15 @@ class Unsupported:
 
 
 Entry = Target | Unsupported
+
+
+def public_names(package: str) -> tuple[str, ...]:
+    """``package.__all__`` as its ``__init__.py`` writes it, read without importing the package (``core.callbacks``
+    imports torch; ``import core.lightning`` must not), so that a table naming all of them is not a second list."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"core.lightning's tables read {package}'s __all__, but {package} is not installed")
+    for node in ast.parse(Path(spec.origin).read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "__all__" for target in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise LookupError(f"{spec.origin} has no literal __all__ for core.lightning's tables to read")
