@@ -23,11 +23,6 @@ KNOWN: dict[frozenset[str], str] = {
         "from the submodules that type against Module; moving Module and DataModule into a private module next "
         "to TrainerView (they name each other) breaks it"
     ),
-    frozenset({"core.trainer", "core.trainer._checkpoint", "core.trainer._eval", "core.trainer._loops",
-               "core.trainer._run", "core.trainer._state", "core.trainer._trainer"}): (
-        "the loops and checkpointing are typed against the Trainer class that calls them; they need a protocol of "
-        "what they read (as TrainerView), and FitProgress must move from _checkpoint to _state (RunState holds it)"
-    ),
 }
 
 
