@@ -15,16 +15,6 @@ from collections.abc import Iterable
 import grimp
 import pytest
 
-# Cycles still in the tree, each with why it is not broken yet (issue 50). The test fails when one is gone (drop it
-# here) and when any other cycle appears.
-KNOWN: dict[frozenset[str], str] = {
-    frozenset({"core.module", "core.module._trainer_objects", "core.module._trainer_view"}): (
-        "Module and DataModule are defined in core/module/__init__.py, which re-exports TrainerView and StepModule "
-        "from the submodules that type against Module; moving Module and DataModule into a private module next "
-        "to TrainerView (they name each other) breaks it"
-    ),
-}
-
 
 def strongly_connected(graph: grimp.ImportGraph) -> list[frozenset[str]]:
     """The groups of two or more modules that import one another, directly or not (Tarjan's algorithm)."""
@@ -95,18 +85,16 @@ def _step(graph: grimp.ImportGraph, importer: str, imported: str) -> str:
     return f"{importer} -> {imported}{where}"
 
 
-def cycle_report(graph: grimp.ImportGraph, known: dict[frozenset[str], str]) -> list[str]:
-    found = strongly_connected(graph)
-    problems = [f"import cycle among {len(group)} modules:\n  " + "\n  ".join(shortest_cycle(graph, group))
-                for group in found if group not in known]
-    problems += [f"no longer a cycle, drop it from KNOWN: {sorted(group)}" for group in known if group not in found]
-    return problems
+def cycle_report(graph: grimp.ImportGraph) -> list[str]:
+    """One entry per group of modules that import one another: its size and shortest cycle, step by step."""
+    return [f"import cycle among {len(group)} modules:\n  " + "\n  ".join(shortest_cycle(graph, group))
+            for group in strongly_connected(graph)]
 
 
 def test_core_has_no_import_cycle_type_checking_imports_included() -> None:
     graph = grimp.build_graph("core", exclude_type_checking_imports=False)
     assert len(graph.modules) > 150  # the whole package was read
-    problems = cycle_report(graph, KNOWN)
+    problems = cycle_report(graph)
     assert not problems, "\n".join(problems)
 
 
@@ -118,13 +106,13 @@ def test_a_cycle_through_an_annotation_is_found_and_named() -> None:
     graph.add_import(importer="pkg.b", imported="pkg.c", line_number=5, line_contents="from pkg.c import C")
     graph.add_import(importer="pkg.c", imported="pkg.a", line_number=9, line_contents="from pkg.a import A  # typing")
     graph.add_import(importer="pkg", imported="pkg.a", line_number=1, line_contents="from pkg.a import A")
-    assert cycle_report(graph, {}) == [
+    assert cycle_report(graph) == [
         "import cycle among 3 modules:\n"
         "  pkg.a -> pkg.b (line 3: from pkg.b import B)\n"
         "  pkg.b -> pkg.c (line 5: from pkg.c import C)\n"
         "  pkg.c -> pkg.a (line 9: from pkg.a import A  # typing)"
     ]
     graph.remove_import(importer="pkg.c", imported="pkg.a")
-    assert cycle_report(graph, {}) == []
+    assert cycle_report(graph) == []
     with pytest.raises(AssertionError, match=r"no cycle through pkg\.a"):
         shortest_cycle(graph, {"pkg.a", "pkg.b"})
