@@ -94,6 +94,13 @@ def test_the_lite_flags_reach_lite_as_given(tmp_path: Path) -> None:
     assert trainer.lite_settings["precision"] == "32-true"
 
 
+def test_the_lite_flags_are_declared_as_lite_declares_them() -> None:
+    # The Trainer's signature repeats Lite's parameters it hands on: same names, order, annotations and defaults.
+    parameters = list(inspect.signature(core.Lite.__init__).parameters.values())[1:]
+    lite = [(p.name, p.annotation, p.default) for p in parameters if p.name in {f.name for f in flags_of("lite")}]
+    assert lite == [(flag.name, flag.type, flag.default) for flag in flags_of("lite")]
+
+
 def test_regenerating_the_signature_record_views_and_docs_table_changes_nothing() -> None:
     script = ROOT / "scripts" / "gen_trainer_flags.py"
     checked = subprocess.run([sys.executable, str(script), "--check"], timeout=120, capture_output=True, text=True)
