@@ -28,10 +28,11 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import attrs
 import torch
 
 from core._errors import ConfigurationError
-from core.trainer._checkpoint import restore_rng, snapshot_rng
+from core.trainer._checkpoint import restore_rng, sample_position, snapshot_rng
 from core.trainer._data import PreparedLoader, batch_transfer, epoch_setters, overrides
 from core.trainer._eval import validate_in_fit
 from core.trainer._logging import EPOCH, TRAIN_BATCH
@@ -136,6 +137,7 @@ class FitLoop:
 
     def run(self) -> None:
         progress = self.trainer.run_state.progress
+        self.trainer.run_state.stopped_at = None  # the loop moves on from any earlier stop
         handles = self._count_manual_steps() if not self.automatic else []
         try:
             if progress.epoch_finished:  # resumed from a checkpoint taken at the end of an epoch
@@ -169,6 +171,13 @@ class FitLoop:
             return True
         if trainer.max_epochs != -1 and progress.epoch >= trainer.max_epochs:
             return True
+        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
+            return True
+        return trainer.should_stop and self._minimums_met()
+
+    def _fit_stops(self) -> bool:
+        """Whether the fit ends now for a reason other than its epochs (``max_steps``, or ``should_stop``)."""
+        trainer, progress = self.trainer, self.trainer.run_state.progress
         if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
             return True
         return trainer.should_stop and self._minimums_met()
@@ -216,6 +225,10 @@ class FitLoop:
             exhausted, stopped = self._batches(resuming, skip=remainder is None)
         if exhausted and not stopped and math.isinf(self.val_every) and self._val_epoch():
             self._validate()
+        if stopped and not exhausted and progress.batches_done < self.train.batches and self._fit_stops():
+            # The fit stops in the middle of the epoch. Its end runs as Lightning runs it, but a checkpoint saved from
+            # here on (in on_train_epoch_end, or trainer.save_checkpoint after fit) resumes the epoch where it stopped.
+            trainer.run_state.stopped_at = (attrs.evolve(progress), sample_position(trainer))
         self._epoch_end()
 
     def _resized_remainder(self, resuming: bool) -> RemainderSampler | None:
@@ -307,9 +320,7 @@ class FitLoop:
             self._log_step()
         if due:
             self._validate()
-        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
-            return True
-        return trainer.should_stop and self._minimums_met()
+        return self._fit_stops()
 
     def _val_epoch(self) -> bool:
         every_n = self.trainer.check_val_every_n_epoch
