@@ -79,3 +79,5 @@ def test_the_checkpoint_saved_after_the_stop_records_the_epoch_and_its_position(
     per_rank = STOP[scenario]
     assert (saved["epoch"], loops["epoch"], loops["batches_done"], loops["epoch_finished"]) == (0, 0, per_rank, False)
     assert (position["epoch"], position["done"], position["replicas"]) == (0, per_rank * 2 * BATCH, 2)
+    # The epoch-interval scheduler did not step at the stop (Lightning's rule): the continued epoch steps it once.
+    assert saved["lr_schedulers"][0]["last_epoch"] == 0

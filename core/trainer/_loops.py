@@ -225,11 +225,12 @@ class FitLoop:
             exhausted, stopped = self._batches(resuming, skip=remainder is None)
         if exhausted and not stopped and math.isinf(self.val_every) and self._val_epoch():
             self._validate()
-        if stopped and not exhausted and progress.batches_done < self.train.batches and self._fit_stops():
+        mid_epoch = stopped and not exhausted and progress.batches_done < self.train.batches and self._fit_stops()
+        if mid_epoch:
             # The fit stops in the middle of the epoch. Its end runs as Lightning runs it, but a checkpoint saved from
             # here on (in on_train_epoch_end, or trainer.save_checkpoint after fit) resumes the epoch where it stopped.
             trainer.run_state.stopped_at = (attrs.evolve(progress), sample_position(trainer))
-        self._epoch_end()
+        self._epoch_end(schedulers=not mid_epoch)
 
     def _resized_remainder(self, resuming: bool) -> RemainderSampler | None:
         """For a resumed epoch: the sampler of its remaining samples on another world size, or ``None`` to skip."""
@@ -275,7 +276,9 @@ class FitLoop:
                 return True
         return False
 
-    def _epoch_end(self) -> None:
+    def _epoch_end(self, schedulers: bool = True) -> None:
+        """The end of the epoch; ``schedulers=False`` at a stop in its middle: epoch-interval schedulers step when
+        all its batches are done (Lightning's ``_num_ready_batches_reached``), so a continued epoch steps them once."""
         trainer, progress, module, store = self.trainer, self.trainer.run_state.progress, self.module, self.store
         hooks = trainer.run_state.hooks
         store.enter(EPOCH)
@@ -283,8 +286,9 @@ class FitLoop:
         module.on_train_epoch_end()
         hooks.call_epoch_end(trainer, module, after_metrics=False)
         trainer.record_epoch_values(store.compute_epoch(), store, log=True)
-        step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics,
-                        module.lr_scheduler_step)
+        if schedulers:
+            step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics,
+                            module.lr_scheduler_step)
         progress.epoch_finished = True
         hooks.call_epoch_end(trainer, module, after_metrics=True)
         store.reset_metrics()

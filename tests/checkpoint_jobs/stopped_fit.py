@@ -51,8 +51,9 @@ class Recorder(core.Module):
         self.seen.setdefault(self.current_epoch, []).extend(batch.tolist())
         return self.net(batch.float().unsqueeze(1)).sum()
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.01)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)}
 
 
 class StopAt(Callback):
