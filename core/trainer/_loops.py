@@ -28,10 +28,11 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import attrs
 import torch
 
 from core._errors import ConfigurationError
-from core.trainer._checkpoint import restore_rng, snapshot_rng
+from core.trainer._checkpoint import restore_rng, sample_position, snapshot_rng
 from core.trainer._data import PreparedLoader, batch_transfer, epoch_setters, overrides
 from core.trainer._eval import validate_in_fit
 from core.trainer._logging import EPOCH, TRAIN_BATCH
@@ -136,6 +137,7 @@ class FitLoop:
 
     def run(self) -> None:
         progress = self.trainer.run_state.progress
+        self.trainer.run_state.stopped_at = None  # the loop moves on from any earlier stop
         handles = self._count_manual_steps() if not self.automatic else []
         try:
             if progress.epoch_finished:  # resumed from a checkpoint taken at the end of an epoch
@@ -169,6 +171,13 @@ class FitLoop:
             return True
         if trainer.max_epochs != -1 and progress.epoch >= trainer.max_epochs:
             return True
+        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
+            return True
+        return trainer.should_stop and self._minimums_met()
+
+    def _fit_stops(self) -> bool:
+        """Whether the fit ends now for a reason other than its epochs (``max_steps``, or ``should_stop``)."""
+        trainer, progress = self.trainer, self.trainer.run_state.progress
         if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
             return True
         return trainer.should_stop and self._minimums_met()
@@ -216,7 +225,12 @@ class FitLoop:
             exhausted, stopped = self._batches(resuming, skip=remainder is None)
         if exhausted and not stopped and math.isinf(self.val_every) and self._val_epoch():
             self._validate()
-        self._epoch_end()
+        mid_epoch = stopped and not exhausted and progress.batches_done < self.train.batches and self._fit_stops()
+        if mid_epoch:
+            # The fit stops in the middle of the epoch. Its end runs as Lightning runs it, but a checkpoint saved from
+            # here on (in on_train_epoch_end, or trainer.save_checkpoint after fit) resumes the epoch where it stopped.
+            trainer.run_state.stopped_at = (attrs.evolve(progress), sample_position(trainer))
+        self._epoch_end(schedulers=not mid_epoch)
 
     def _resized_remainder(self, resuming: bool) -> RemainderSampler | None:
         """For a resumed epoch: the sampler of its remaining samples on another world size, or ``None`` to skip."""
@@ -262,7 +276,9 @@ class FitLoop:
                 return True
         return False
 
-    def _epoch_end(self) -> None:
+    def _epoch_end(self, schedulers: bool = True) -> None:
+        """The end of the epoch; ``schedulers=False`` at a stop in its middle: epoch-interval schedulers step when
+        all its batches are done (Lightning's ``_num_ready_batches_reached``), so a continued epoch steps them once."""
         trainer, progress, module, store = self.trainer, self.trainer.run_state.progress, self.module, self.store
         hooks = trainer.run_state.hooks
         store.enter(EPOCH)
@@ -270,8 +286,9 @@ class FitLoop:
         module.on_train_epoch_end()
         hooks.call_epoch_end(trainer, module, after_metrics=False)
         trainer.record_epoch_values(store.compute_epoch(), store, log=True)
-        step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics,
-                        module.lr_scheduler_step)
+        if schedulers:
+            step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics,
+                            module.lr_scheduler_step)
         progress.epoch_finished = True
         hooks.call_epoch_end(trainer, module, after_metrics=True)
         store.reset_metrics()
@@ -307,9 +324,7 @@ class FitLoop:
             self._log_step()
         if due:
             self._validate()
-        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
-            return True
-        return trainer.should_stop and self._minimums_met()
+        return self._fit_stops()
 
     def _val_epoch(self) -> bool:
         every_n = self.trainer.config.check_val_every_n_epoch

@@ -71,6 +71,9 @@ class RunState:
         (``None``: a loader whose order no other world size can draw).
     :param resume_samples: A resumed fit's saved position in samples (``None`` in an older checkpoint) and the
         world size that saved it, used once by the epoch it resumes.
+    :param stopped_at: Where a fit that stopped in the middle of an epoch (``max_steps``, ``max_time``, a callback's
+        ``should_stop``) stopped: its progress then and its position in samples (plain values, or ``None``). A
+        checkpoint saved after the stop records it, so the epoch resumes there (docs/trainer.md, "Checkpoints").
     :param step_module: The set-up module whose forward runs the step methods (``None`` outside a run).
     :param predictions: The predict loop's outputs so far, per loader.
     :param predict_batch_indices: The dataset indices of the batch being predicted (``None``: unknown).
@@ -97,6 +100,7 @@ class RunState:
     resume_rng: tuple[Any, Any] | None = None
     epoch_samples: EpochSamples | None = None
     resume_samples: tuple[SamplePosition | None, int] | None = None
+    stopped_at: tuple[FitProgress, dict[str, Any] | None] | None = None
     step_module: Any = None
     accumulate_grad_batches: int | None = None
     predictions: list[list[Any]] = attrs.field(factory=list)
