@@ -5,7 +5,8 @@
 same under ``L.pytorch``) hold the classes that play the parts of Lightning's. Strategy classes come from
 their plugin distributions and are imported only when touched. A Lightning name that core does not provide
 raises :class:`UnsupportedLightningName` saying what to use instead; docs/migrating-from-lightning.md lists
-every name. Every module path of Lightning 2.6 imports under ``core.lightning`` (or refuses the import with
+every name. ``core.lightning.install_alias()`` (or ``pip install core-lightning-alias``) makes ``import lightning``
+itself answer with this package, so a Lightning program runs unmodified. Every module path of Lightning 2.6 imports under ``core.lightning`` (or refuses the import with
 that error): see core/lightning/_finder.py.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from core.lightning import _finder
+from core.lightning._alias import install_alias
 from core.lightning._names import Target, UnsupportedLightningName, namespace_getattr
 
 if TYPE_CHECKING:
@@ -47,5 +49,6 @@ __all__ = [
     "LightningModule",
     "Trainer",
     "UnsupportedLightningName",
+    "install_alias",
     "seed_everything",
 ]

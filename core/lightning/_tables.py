@@ -100,6 +100,10 @@ UTILITIES: Final[dict[str, Entry]] = {
     "rank_zero_info": Target("core.lightning._rank_zero", "rank_zero_info"),
     "rank_zero_warn": Target("core.lightning._rank_zero", "rank_zero_warn"),
     "seed_everything": Target("core.lite", "seed_everything"),
+    "Throughput": Target("core.lite", "Throughput"),
+    "ThroughputMonitor": Target("core.lite", "ThroughputMonitor"),
+    "measure_flops": Target("core.lite", "measure_flops"),
+    "get_available_flops": Target("core.lite", "get_available_flops"),
 }
 """The commonly imported part of ``lightning.pytorch.utilities`` and ``lightning.fabric.utilities``."""
 

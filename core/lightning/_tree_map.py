@@ -76,6 +76,16 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
                      "TRAIN_DATALOADERS")
     },
     "pytorch.utilities.grads": {"grad_norm": Target(_H, "grad_norm")},
+    # Lightning-private helpers that downstream programs (litgpt) import anyway, mapped to core's public ones.
+    "fabric.utilities.load": {
+        "_lazy_load": Target("core.toolkit.checkpoint", "lazy_load"),
+        "_NotYetLoadedTensor": Target("core.toolkit.checkpoint", "NotYetLoadedTensor"),
+        "_materialize_tensors": Target("core.toolkit.checkpoint", "materialize_tensors"),
+    },
+    "fabric.utilities.init": {
+        "_EmptyInit": Target("core.toolkit.tensors", "EmptyInit"),
+        "_materialize_meta_tensors": Target("core.toolkit.tensors", "materialize_meta_tensors"),
+    },
     "pytorch.utilities.imports": {"_TORCHVISION_AVAILABLE": Target(_H, "_TORCHVISION_AVAILABLE")},
     "fabric.loggers.tensorboard": {
         "_TENSORBOARD_AVAILABLE": Target(_H, "_TENSORBOARD_AVAILABLE"),
