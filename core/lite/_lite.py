@@ -19,6 +19,7 @@ import builtins
 import copy
 import functools
 import itertools
+import operator
 import os
 import warnings
 from collections.abc import Callable, Generator, Mapping
@@ -577,12 +578,8 @@ class Lite:
         return LiteDataLoader(loader, move)
 
     def _mover(self) -> Callable[[Any], Any]:
-        device = self.device
-
-        def move_tensor(tensor: torch.Tensor) -> torch.Tensor:
-            return tensor.to(device)
-
-        return functools.partial(apply_to_tensors, function=move_tensor)
+        # Picklable (no local function): a program may torch.save a set-up DataLoader, as litgpt's state does.
+        return functools.partial(apply_to_tensors, function=operator.methodcaller("to", self.device))
 
     # ---------------------------------------------------------------------------------------------
     # The training step
