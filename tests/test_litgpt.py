@@ -110,7 +110,7 @@ def _check(name: str, losses: list[float], falls: bool = True) -> None:
         return
     expected = reference[name]
     assert len(losses) == len(expected), (name, losses, expected)
-    assert all(abs(a - b) <= TOLERANCE for a, b in zip(losses, expected)), (name, losses, expected)
+    assert all(abs(a - b) <= TOLERANCE for a, b in zip(losses, expected, strict=True)), (name, losses, expected)
 
 
 def _pretrain(workspace: Workspace, out_dir: str, devices: int) -> list[float]:

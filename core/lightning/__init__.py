@@ -6,8 +6,8 @@ same under ``L.pytorch``) hold the classes that play the parts of Lightning's. S
 their plugin distributions and are imported only when touched. A Lightning name that core does not provide
 raises :class:`UnsupportedLightningName` saying what to use instead; docs/migrating-from-lightning.md lists
 every name. ``core.lightning.install_alias()`` (or ``pip install core-lightning-alias``) makes ``import lightning``
-itself answer with this package, so a Lightning program runs unmodified. Every module path of Lightning 2.6 imports under ``core.lightning`` (or refuses the import with
-that error): see core/lightning/_finder.py.
+itself answer with this package, so a Lightning program runs unmodified. Every module path of Lightning 2.6
+imports under ``core.lightning`` (or refuses the import with that error): see core/lightning/_finder.py.
 """
 
 from __future__ import annotations

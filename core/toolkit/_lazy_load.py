@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from io import BytesIO
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import torch
 from torch import Tensor
@@ -126,9 +126,10 @@ class _LazyUnpickler(pickle.Unpickler):
     def record_storage(self, record: str, nbytes: int) -> torch.UntypedStorage:
         """The bytes of one record: a slice of the whole file, memory-mapped (private) on the first read."""
         if self._mapped is None:
-            self._mapped = torch.UntypedStorage.from_file(self.path, shared=False, nbytes=os.path.getsize(self.path))
-        offset = self.file_reader.get_record_offset(record)
-        return self._mapped[offset:offset + nbytes]
+            mapped = torch.UntypedStorage.from_file(self.path, shared=False, nbytes=os.path.getsize(self.path))
+            self._mapped = cast(torch.UntypedStorage, mapped)
+        offset = self.file_reader.get_record_offset(record)  # type: ignore[attr-defined]  # not in torch's stubs
+        return cast(torch.UntypedStorage, self._mapped[offset:offset + nbytes])
 
     def find_class(self, module: str, name: str) -> Any:
         rebuild = _REBUILDERS.get((module, name))

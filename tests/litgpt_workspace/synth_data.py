@@ -7,7 +7,7 @@ import torch
 from litgpt.data import DataModule
 from torch.utils.data import DataLoader, Dataset
 
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "red", "ball", "while", "birds", "sang", "in", "green", "trees"]
+WORDS = "the cat sat on a mat and the dog ran to the red ball while birds sang in green trees".split()  # noqa: SIM905
 
 
 def corpus(lines: int = 400) -> str:
