@@ -33,6 +33,7 @@ from core._errors import BrokenPluginError, CheckpointError, ConfigurationError,
 from core._exit import freeze_at_exit
 from core.lite._data import with_distributed_sampler
 from core.lite._hooks import BoundHooks
+from core.lite._nested import RUNNING, is_nested_single_process, launch_variables_hidden
 from core.lite._seed import reset_seed, seeds_workers, worker_init_function
 from core.lite._seed import seed_everything as _seed_everything
 from core.lite._wrappers import LiteDataLoader, LiteModule, LiteOptimizer, wrap_optimizer
@@ -249,11 +250,15 @@ class Lite:
             "plugins": _as_plugin_list(plugins),
         }
         _apply_shorthands(settings, {"gpus": gpus, "tpu_cores": tpu_cores})
-        _apply_launcher_defaults(settings)
+        # A one-process Lite inside a running one is its own run: the launcher's variables are the outer run's.
+        self._nested = is_nested_single_process(settings)
+        if not self._nested:
+            _apply_launcher_defaults(settings)
         self._settings = _snapshot(settings)
         self._phase = _NEW
         freeze_at_exit()
-        self._attach(resolve(**settings))
+        with launch_variables_hidden(self._nested):
+            self._attach(resolve(**settings))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -282,6 +287,7 @@ class Lite:
         self._loggers = state.get("_loggers", [])
         self._log_step = 0
         self._phase = _NEW
+        self._nested = False
         self._active = None  # type: ignore[assignment]
 
     def _ensure_attached(self) -> None:
@@ -293,7 +299,8 @@ class Lite:
         """Set this process up for the run: ranks, device, what the processes share."""
         self._ensure_attached()
         active, hooks = self._active, self._hooks
-        cluster = active.refresh_cluster()
+        with launch_variables_hidden(self._nested):
+            cluster = active.refresh_cluster()
         device = hooks.accelerator_setup_device(local_rank=cluster.local_rank, device_ids=active.config.device_ids)
         if not isinstance(device, torch.device):
             raise BrokenPluginError(
@@ -303,6 +310,7 @@ class Lite:
         active.device = device
         # Running from here on, so that a failing process-group setup is still torn down.
         self._phase = _RUNNING
+        RUNNING.enter()
         hooks.strategy_setup_environment()
 
     def _teardown(self) -> None:
@@ -310,6 +318,7 @@ class Lite:
         if self._phase != _RUNNING:
             return
         self._phase = _ENDED
+        RUNNING.leave()
         hooks = self._hooks
         first_error: BaseException | None = None
         for teardown in (
