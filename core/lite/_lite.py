@@ -689,7 +689,8 @@ class Lite:
     def init_module(self, empty_init: bool | None = None) -> Generator[None, None, None]:
         """A context in which new modules are created on the device, in the precision's dtype.
 
-        :param empty_init: Allow the strategy to skip initialising parameters (they will be loaded).
+        :param empty_init: Skip initialising parameters (they will be loaded): on one device and under ddp
+            ``torch.nn.init`` does nothing (Lightning's ``_EmptyInit``); sharding strategies use the meta device.
         """
         self._require_running("init_module")
         with ExitStack() as stack:
