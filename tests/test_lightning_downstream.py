@@ -264,3 +264,35 @@ def test_a_single_process_lite_outside_a_run_still_checks_world_size() -> None:
     done = subprocess.run([sys.executable, "-c", "import core; core.Lite(accelerator='cpu', devices=1)"],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "WORLD_SIZE": "2"})
     assert done.returncode != 0 and "WORLD_SIZE=2 is set in the environment" in done.stderr
+
+
+# -- TensorBoard's hyperparameters ---------------------------------------------------------------------------------
+
+
+def _events(log_dir: str) -> Any:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(log_dir)
+    events.Reload()
+    return events
+
+
+def test_tensorboard_logs_hyperparameters_with_hp_metric_as_lightning(tmp_path: Path) -> None:
+    from core.lightning.fabric.loggers import TensorBoardLogger
+    from core.lightning.pytorch.loggers import TensorBoardLogger as TrainerTensorBoardLogger
+
+    logger = TensorBoardLogger(tmp_path)
+    logger.log_hyperparams({"lr": 0.1, "model": {"layers": 2, "activation": None}})
+    logger.finalize("success")
+    events = _events(logger.log_dir)
+    assert [(scalar.step, scalar.value) for scalar in events.Scalars("hp_metric")] == [(0, -1.0)]
+    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= set(events.summary_metadata)
+    assert (Path(logger.log_dir) / "hparams.yaml").read_text().startswith("lr: 0.1")
+    session = events.summary_metadata["_hparams_/session_start_info"].plugin_data.content
+    assert b"model/layers" in session and b"model/activation" in session  # flattened, None shown as a string
+
+    quiet = TrainerTensorBoardLogger(tmp_path / "quiet", default_hp_metric=False)
+    quiet.log_hyperparams({"lr": 0.1})
+    quiet.log_hyperparams({"lr": 0.1}, metrics=0.5, step=3)
+    quiet.finalize("success")
+    assert [(scalar.step, scalar.value) for scalar in _events(quiet.log_dir).Scalars("hp_metric")] == [(3, 0.5)]
