@@ -45,7 +45,8 @@ class CollectiveTimeoutError(CollectiveError, TimeoutError):
     def __init__(
         self, collective: str, global_rank: int, timeout: timedelta, cause: BaseException, stacks: str = ""
     ) -> None:
-        where = f"\nWhere the other ranks were when this rank gave up (their Python stacks):\n{stacks}" if stacks else ""
+        where = (f"\nWhere the other ranks were when this rank gave up (their Python stacks):\n{stacks}"
+                 if stacks else "")
         super().__init__(
             f"The collective {collective!r} on global rank {global_rank} did not complete within the strategy's "
             f"timeout of {timeout.total_seconds():g} s: at least one other rank stopped participating (it hangs, "
