@@ -19,49 +19,21 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import attrs
 import torch
 
 from core._errors import CheckpointError, ConfigurationError
 from core.module import StatefulList
 from core.trainer._samples import SamplePosition
+from core.trainer._state import FitProgress
 
 if TYPE_CHECKING:
     from core.lite import Lite
-    from core.trainer import Trainer
+    from core.trainer._view import LoopView as Trainer  # the protocol: the Trainer's class imports this module
 
 FORMAT: Final = "core.trainer/1"
 """The ``format`` entry of a Trainer checkpoint; a loader refuses what it does not know."""
 
 CHECKPOINT_SUFFIX: Final = ".ckpt"
-
-
-@attrs.define
-class FitProgress:
-    """Where the fit loop is. A checkpoint saved at any of the loop's save points restores it exactly.
-
-    :param epoch: The epoch being run (0-based).
-    :param global_step: Optimizer steps taken since the start of training.
-    :param batches_done: Training batches finished in this epoch.
-    :param total_batches: Training batches finished since the start of training.
-    :param validated: Whether the validation due after ``batches_done`` batches has run.
-    :param epoch_finished: Whether the end of ``epoch`` (its hooks, metrics and schedulers) is done.
-    """
-
-    epoch: int = 0
-    global_step: int = 0
-    batches_done: int = 0
-    total_batches: int = 0
-    validated: bool = True
-    epoch_finished: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-    @classmethod
-    def from_dict(cls, saved: dict[str, Any]) -> FitProgress:
-        names = {field.name for field in attrs.fields(cls)}
-        return cls(**{name: value for name, value in saved.items() if name in names})
 
 
 # -------------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from core.trainer._signatures import takes_batch_idx
 
 if TYPE_CHECKING:
     from core.profilers import Profiler
-    from core.trainer import Trainer
+    from core.trainer._view import LoopView as Trainer  # the protocol: the Trainer's class imports this module
 
 Reload: TypeAlias = Callable[[], dict[str, Any]]
 """Sets the fit's loaders up again (``reload_dataloaders_every_n_epochs``): ``{"train": ..., "val": [...]}``."""
@@ -91,7 +91,7 @@ class FitLoop:
         self.step_schedulers = [config for config in self.schedulers if config.interval == "step"]
         self.accumulate = trainer.accumulate_grad_batches
         self.log_every = trainer.log_every_n_steps
-        self.clip_value = trainer.gradient_clip_val
+        self.clip_value = trainer.config.gradient_clip_val
         self.automatic = module.automatic_optimization
         self.has_val = bool(self.val) and any(loader.batches > 0 for loader in self.val)
         self.val_every = self._val_every()
@@ -119,7 +119,7 @@ class FitLoop:
 
     def _val_every(self) -> float:
         """Validate when the batch count (in the epoch, or overall) is a multiple of this."""
-        interval = self.trainer.val_check_interval
+        interval = self.trainer.config.val_check_interval
         if isinstance(interval, int):
             return float(interval)
         if math.isinf(self.train.batches):
@@ -184,7 +184,7 @@ class FitLoop:
 
     def _minimums_met(self) -> bool:
         trainer, progress = self.trainer, self.trainer.run_state.progress
-        return progress.epoch >= trainer.min_epochs and progress.global_step >= trainer.min_steps
+        return progress.epoch >= trainer.config.min_epochs and progress.global_step >= trainer.config.min_steps
 
     def _advance(self) -> None:
         progress = self.trainer.run_state.progress
@@ -327,14 +327,14 @@ class FitLoop:
         return self._fit_stops()
 
     def _val_epoch(self) -> bool:
-        every_n = self.trainer.check_val_every_n_epoch
+        every_n = self.trainer.config.check_val_every_n_epoch
         return every_n is None or (self.trainer.run_state.progress.epoch + 1) % every_n == 0
 
     def _val_due(self) -> bool:
         progress = self.trainer.run_state.progress
         if not self._val_epoch():
             return False
-        count = progress.total_batches if self.trainer.check_val_every_n_epoch is None else progress.batches_done
+        count = progress.total_batches if self.trainer.config.check_val_every_n_epoch is None else progress.batches_done
         return count % self.val_every == 0
 
     def _validate(self) -> None:
@@ -406,7 +406,7 @@ class FitLoop:
         for hook in self.cb_before_step:
             hook(trainer, module, optimizer)
         module.configure_gradient_clipping(optimizer, gradient_clip_val=self.clip_value,
-                                           gradient_clip_algorithm=trainer.gradient_clip_algorithm)
+                                           gradient_clip_algorithm=trainer.config.gradient_clip_algorithm)
 
     def _optimizer_step(self, batch_idx: int) -> None:
         for optimizer in self.optimizers:
@@ -467,7 +467,7 @@ def run_fit(
     hooks.call("on_fit_start", trainer, module)
     module.on_fit_start()
     loop = FitLoop(trainer, train, val, reload)
-    if loop.has_val and trainer.num_sanity_val_steps != 0:
+    if loop.has_val and trainer.config.num_sanity_val_steps != 0:
         validate_in_fit(trainer, val, sanity=True)
     hooks.call("on_train_start", trainer, module)
     module.on_train_start()

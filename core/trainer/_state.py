@@ -14,12 +14,39 @@ import attrs
 import torch
 
 from core.callbacks._callback import CallbackHooks
-from core.trainer._checkpoint import FitProgress
 from core.trainer._logging import MetricStore
 from core.trainer._samples import EpochSamples, SamplePosition
 
 if TYPE_CHECKING:
     from core.lite import Lite
+
+
+@attrs.define
+class FitProgress:
+    """Where the fit loop is. A checkpoint saved at any of the loop's save points restores it exactly.
+
+    :param epoch: The epoch being run (0-based).
+    :param global_step: Optimizer steps taken since the start of training.
+    :param batches_done: Training batches finished in this epoch.
+    :param total_batches: Training batches finished since the start of training.
+    :param validated: Whether the validation due after ``batches_done`` batches has run.
+    :param epoch_finished: Whether the end of ``epoch`` (its hooks, metrics and schedulers) is done.
+    """
+
+    epoch: int = 0
+    global_step: int = 0
+    batches_done: int = 0
+    total_batches: int = 0
+    validated: bool = True
+    epoch_finished: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> FitProgress:
+        names = {field.name for field in attrs.fields(cls)}
+        return cls(**{name: value for name, value in saved.items() if name in names})
 
 
 def _cpu_store() -> MetricStore:
