@@ -91,16 +91,9 @@ def _known_dimensions(instance: Any, attribute: attrs.Attribute[Any], value: tup
 class ParallelDims:
     """The degrees of parallelism of a run, whose product is its world size, and the run's ``DeviceMesh``.
 
-    :param world_size: The number of processes of the run.
-    :param replicate_size: Independent copies of the strategy side by side (:data:`REPLICATE`).
-    :param data_parallel_size: Replicas averaging their gradients every step, sharded or not (:data:`DATA_PARALLEL`).
-    :param context_parallel_size: Ranks splitting each sequence (:data:`CONTEXT_PARALLEL`).
-    :param pipeline_parallel_size: Ranks holding consecutive stages of one copy (:data:`PIPELINE_PARALLEL`).
-    :param tensor_parallel_size: Ranks holding parts of each layer (:data:`TENSOR_PARALLEL`).
-    :param always: Dimensions the mesh has even at size 1 (a strategy's users index them:
-        ``device_mesh["data_parallel"]``); a dimension above 1 is always in it.
-    :param owner: Who asked for these degrees, for messages (``"ModelParallelStrategy"``).
-    :param layout: How the processes are laid out, for messages (``"devices=2 per node x num_nodes=1"``).
+    ``ParallelDims(world_size, data_parallel_size=..., tensor_parallel_size=..., ...)``: the world size, then each
+    degree by keyword (1 when not given); the fields below say what each holds.
+
     :raises core.ConfigurationError: a degree is not a positive int, or the degrees do not multiply to the world
         size (the message prints every factor: each dimension of the mesh, those above 1 and those in ``always``).
 
@@ -113,14 +106,24 @@ class ParallelDims:
     """
 
     world_size: int = attrs.field(validator=_positive("ParallelDims"))
+    """The number of processes of the run."""
     replicate_size: int = attrs.field(default=1, validator=_positive("ParallelDims"), kw_only=True)
+    """Independent copies of the strategy side by side (:data:`REPLICATE`)."""
     data_parallel_size: int = attrs.field(default=1, validator=_positive("ParallelDims"), kw_only=True)
+    """Replicas averaging their gradients every step, sharded or not (:data:`DATA_PARALLEL`)."""
     context_parallel_size: int = attrs.field(default=1, validator=_positive("ParallelDims"), kw_only=True)
+    """Ranks splitting each sequence (:data:`CONTEXT_PARALLEL`)."""
     pipeline_parallel_size: int = attrs.field(default=1, validator=_positive("ParallelDims"), kw_only=True)
+    """Ranks holding consecutive stages of one copy (:data:`PIPELINE_PARALLEL`)."""
     tensor_parallel_size: int = attrs.field(default=1, validator=_positive("ParallelDims"), kw_only=True)
+    """Ranks holding parts of each layer (:data:`TENSOR_PARALLEL`)."""
     always: tuple[str, ...] = attrs.field(default=(), converter=_as_names, validator=_known_dimensions, kw_only=True)
+    """Dimensions the mesh has even at size 1 (a strategy's users index them: ``device_mesh["data_parallel"]``); a
+    dimension above 1 is always in it."""
     owner: str = attrs.field(default="ParallelDims", eq=False, kw_only=True)
+    """Who asked for these degrees, for messages (``"ModelParallelStrategy"``)."""
     layout: str = attrs.field(default="", eq=False, kw_only=True)
+    """How the processes are laid out, for messages (``"devices=2 per node x num_nodes=1"``)."""
     _meshes: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -221,15 +224,16 @@ class ParallelDims:
         return mesh
 
     def mesh(self, *names: str) -> DeviceMesh:
-        """The sub-mesh of the dimensions ``names`` through this rank (all of them: the whole mesh); several names
-        are flattened into one dimension named ``"+".join(names)``, built once (a collective the first time)."""
+        """The sub-mesh of the dimensions ``names`` through this rank (none named: every dimension of the mesh).
+        Several dimensions are flattened into one, named by joining theirs with ``"+"`` in the mesh's order
+        (``"data_parallel+tensor_parallel"``): made once, a collective the first time."""
         world = self.world_mesh
-        chosen = names or self.names
-        missing = [name for name in chosen if name not in self.names]
+        missing = [name for name in names if name not in self.names]
         if missing:
             raise ConfigurationError(
                 f"The device mesh {self} has no dimension {missing} (its dimensions: {list(self.names)})."
             )
+        chosen = [name for name in self.names if not names or name in names]
         if len(chosen) == 1:
             return world[chosen[0]]
         flat = "+".join(chosen)
