@@ -19,7 +19,7 @@ import torch
 from core._errors import CheckpointError
 
 if TYPE_CHECKING:
-    from core.module import Module
+    from core.module._module import Module
 
 
 class StepModule(torch.nn.Module):
