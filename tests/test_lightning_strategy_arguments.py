@@ -44,7 +44,7 @@ def test_each_lightning_argument_is_taken_or_refused_by_name(lightning: str, tar
             cls(**{name: value})
     except core.ConfigurationError as error:
         assert name in str(error), f"{lightning}({name}=...) was refused without naming it: {error}"
-    except Exception as error:  # noqa: BLE001 - the point: nothing but the project's error
+    except Exception as error:  # the point: nothing but the project's error
         pytest.fail(f"{target}({name}={value!r}) raised {type(error).__name__}: {error} (Lightning: {lightning})")
 
 
