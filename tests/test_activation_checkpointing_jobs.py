@@ -77,3 +77,21 @@ def test_save_checkpoint_after_fit_in_one_gathered_file_resumes_bitwise(tmp_path
     run(tmp_path, strategy, "trainer")
     assert (tmp_path / "after-fit").is_file()  # one file, gathered on rank 0
     assert_trainer_resumed_bitwise(tmp_path)
+
+
+@pytest.mark.timeout(420)
+def test_activation_checkpointing_under_the_pipeline_strategy(tmp_path: Path) -> None:
+    if importlib.util.find_spec("core_pipeline") is None:
+        pytest.skip("core-pipeline is not installed")
+    environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
+    environment["OMP_NUM_THREADS"] = "1"
+    job = JOB.parent / "pipeline_ac_job.py"
+    finished = subprocess.run([sys.executable, str(job), str(tmp_path)], capture_output=True, text=True, timeout=400,
+                              env=environment, start_new_session=True)
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    for rank in (0, 1):
+        with_, without = (json.loads((tmp_path / f"{label}-{rank}.json").read_text()) for label in ("with", "without"))
+        assert with_["keys"] == without["keys"]  # this rank's stage, keys unchanged
+        assert with_["losses"] == pytest.approx(without["losses"], abs=1e-6)
+        # Stage 1 also keeps the head's logits for the loss, which no block policy touches.
+        assert with_["saved"] <= 0.4 * without["saved"], (rank, with_["saved"], without["saved"])

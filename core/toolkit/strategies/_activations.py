@@ -50,14 +50,13 @@ def _classes_or_none(policy: object) -> tuple[type[torch.nn.Module], ...] | None
 
 @attrs.frozen
 class EveryNth:
-    """Checkpoint every ``n``-th submodule that ``policy`` matches (torchtitan's layer-selective checkpointing).
-
-    :param policy: Module classes or a function ``module -> bool``, as for ``activation_checkpointing_policy``.
-    :param n: ``1`` checkpoints every match; ``2`` the 2nd, 4th, ... (about half the activations kept).
-    """
+    """Checkpoint every ``n``-th submodule that ``policy`` matches (torchtitan's layer-selective checkpointing):
+    ``EveryNth({Block}, 2)``."""
 
     policy: Collection[type[torch.nn.Module]] | type[torch.nn.Module] | Callable[..., bool]
+    """Module classes or a function ``module -> bool``, as for ``activation_checkpointing_policy``."""
     n: int = attrs.field()
+    """``1`` checkpoints every match; ``2`` the 2nd, 4th, ... (about half the activations kept)."""
 
     @n.validator
     def _check_n(self, attribute: attrs.Attribute[int], value: int) -> None:
