@@ -5,7 +5,7 @@
 ``CONFIG`` is ``ddp``, ``fsdp`` (each Block its own unit), ``fsdp_ac`` (and every Block checkpointed:
 ``activation_checkpointing_policy={Block}``) or ``fsdp_ac_offload`` (and ``cpu_offload=True``). Global rank 0 writes
 ``OUT/report-<CONFIG>.json`` with, per rank: ``saved_bytes``, the peak bytes autograd saved for backward in a
-step (counted with ``torch.autograd.graph.saved_tensors_hooks``: a checkpointed Block keeps nothing but its input;
+step (counted with ``core.toolkit.strategies.saved_tensor_bytes``: a checkpointed Block keeps nothing but its input;
 a ``DTensor`` counts its local part), and ``peak_mb``, ``ru_maxrss`` (runtime included).
 """
 
@@ -22,6 +22,7 @@ import torch
 
 from bench.gpt_worker import GLOBAL_BATCH, GPT, Block, _loss, batches
 from core import Lite
+from core.toolkit.strategies import saved_tensor_bytes
 
 
 def strategy_of(config: str) -> Any:
@@ -35,14 +36,7 @@ def strategy_of(config: str) -> Any:
 
 
 def _step(lite: Lite, model: Any, optimizer: Any, tokens: torch.Tensor, targets: torch.Tensor) -> int:
-    saved = [0]
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
-        saved[0] += local.numel() * local.element_size()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with saved_tensor_bytes() as saved:
         loss = _loss(model(tokens), targets)
     lite.backward(loss)
     optimizer.step()

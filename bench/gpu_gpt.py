@@ -194,6 +194,12 @@ def raw_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.dev
     model.load_state_dict(weights)
     forward: nn.Module = torch.compile(model) if compile else model  # type: ignore[assignment]
     optimizer = _adamw(model, device)
+    return Runner("raw", _autocast_step(forward, optimizer, device), _state_of(model, optimizer))
+
+
+def _autocast_step(forward: nn.Module, optimizer: torch.optim.Optimizer,
+                   device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """A hand-written training step: forward under bf16 autocast, backward, AdamW."""
 
     def step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -202,7 +208,7 @@ def raw_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.dev
         loss_of(logits, targets).backward()
         optimizer.step()
 
-    return Runner("raw", step, _state_of(model, optimizer))
+    return step
 
 
 def lite_runner(lite: Any, shape: Shape, weights: dict[str, torch.Tensor], compile: bool, name: str) -> Runner:
@@ -456,15 +462,7 @@ def fsdp2_runner(lite: Any, shape: Shape, weights: dict[str, torch.Tensor]) -> R
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     optimizer = _adamw(model, device)
-
-    def step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = model(tokens)
-        loss_of(logits, targets).backward()
-        optimizer.step()
-
-    return Runner("fsdp2", step, _state_of(model, optimizer))
+    return Runner("fsdp2", _autocast_step(model, optimizer, device), _state_of(model, optimizer))
 
 
 def lite_ac_runner(lite: Any, shape: Shape, weights: dict[str, torch.Tensor], batch_scale: int) -> Runner:

@@ -25,15 +25,16 @@ from core.toolkit.strategies import (
     checkpoint_activations,
     checkpointed_modules,
     is_checkpointed,
+    saved_tensor_bytes,
 )
 
 sys.path.insert(0, str(Path(__file__).parent / "memory_jobs"))
-from gpt import Block, ReferenceBlock, batch, gpt, loss_of, saved_bytes
+from gpt import Block, ReferenceBlock, batch, gpt, loss_of
 
 
 def _saved_and_gradients(model: torch.nn.Module) -> tuple[int, dict[str, torch.Tensor]]:
     tokens, targets = batch(1)
-    with saved_bytes() as saved:
+    with saved_tensor_bytes() as saved:
         loss = loss_of(model, tokens, targets)
     loss.backward()
     return saved[0], {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -134,7 +135,7 @@ def _lite_run(policy: object, compile: bool) -> tuple[int, dict[str, torch.Tenso
     model = gpt()
     set_up = lite.setup_module(cast(torch.nn.Module, torch.compile(model)) if compile else model)
     tokens, targets = batch(1)
-    with saved_bytes() as saved:
+    with saved_tensor_bytes() as saved:
         loss = loss_of(set_up, tokens, targets)
     lite.backward(loss)
     gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}

@@ -27,9 +27,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import core
 from core.callbacks import Callback
+from core.toolkit.strategies import saved_tensor_bytes
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpt import Block, ReferenceBlock, batch, gpt, loss_of, saved_bytes
+from gpt import Block, ReferenceBlock, batch, gpt, loss_of
 
 
 def whole(tensor: torch.Tensor) -> torch.Tensor:
@@ -75,7 +76,7 @@ def _set_up(lite: core.Lite, block: type[torch.nn.Module], seed: int) -> tuple[A
 
 def _step(lite: core.Lite, model: Any, optimizer: Any, seed: int) -> int:
     tokens, targets = batch(seed + lite.global_rank)
-    with saved_bytes() as saved:
+    with saved_tensor_bytes() as saved:
         loss = loss_of(model, tokens, targets)
     lite.backward(loss, model=model)
     optimizer.step()
@@ -102,6 +103,17 @@ def _difference(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -
     return max(float((left[name].float() - right[name].float()).abs().max()) for name in left)
 
 
+def _resume_in(lite: core.Lite, path: Path, model: Any, optimizer: Any, block: type[torch.nn.Module],
+               seed: int) -> tuple[Any, Any, float | None]:
+    """Save ``model``, load it into a fresh model made of ``block`` s, step both: the fresh one and the difference."""
+    lite.save(path, {"model": model, "optimizer": optimizer})
+    fresh, fresh_optimizer = _set_up(lite, block, seed + 10)
+    lite.load(path, {"model": fresh, "optimizer": fresh_optimizer})
+    _step(lite, model, optimizer, seed)
+    _step(lite, fresh, fresh_optimizer, seed)
+    return fresh, fresh_optimizer, _difference(_weights(model), _weights(fresh))
+
+
 def lite_checks(lite: core.Lite, out: Path, name: str) -> None:
     deepspeed = name.startswith("deepspeed")
     checkpointed, checkpointed_optimizer = _set_up(lite, Block, 0)
@@ -117,20 +129,11 @@ def lite_checks(lite: core.Lite, out: Path, name: str) -> None:
     report["saved_reference"] = _step(lite, reference, reference_optimizer, 2)
     report["weight_difference"] = _difference(_weights(checkpointed), _weights(reference))
 
-    # With -> without: the twin loads the checkpointed model's checkpoint, both take the same step, equal bitwise.
-    lite.save(out / "with", {"model": checkpointed, "optimizer": checkpointed_optimizer})
-    fresh, fresh_optimizer = _set_up(lite, ReferenceBlock, 7)
-    lite.load(out / "with", {"model": fresh, "optimizer": fresh_optimizer})
-    _step(lite, checkpointed, checkpointed_optimizer, 3)
-    _step(lite, fresh, fresh_optimizer, 3)
-    report["resumed_without_difference"] = _difference(_weights(checkpointed), _weights(fresh))
-    # Without -> with.
-    lite.save(out / "without", {"model": fresh, "optimizer": fresh_optimizer})
-    again, again_optimizer = _set_up(lite, Block, 8)
-    lite.load(out / "without", {"model": again, "optimizer": again_optimizer})
-    _step(lite, fresh, fresh_optimizer, 4)
-    _step(lite, again, again_optimizer, 4)
-    report["resumed_with_difference"] = _difference(_weights(fresh), _weights(again))
+    # With -> without, then without -> with: a fresh model of the other kind loads the checkpoint, both take the
+    # same step, and must be equal bitwise.
+    fresh, fresh_optimizer, report["resumed_without_difference"] = _resume_in(
+        lite, out / "with", checkpointed, checkpointed_optimizer, ReferenceBlock, 3)
+    _, _, report["resumed_with_difference"] = _resume_in(lite, out / "without", fresh, fresh_optimizer, Block, 4)
     (out / f"lite-{lite.global_rank}.json").write_text(json.dumps(report))
 
 

@@ -6,8 +6,7 @@ same order of creation) but no policy naming ``Block`` selects it, so one run ca
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -68,18 +67,3 @@ def batch(seed: int, size: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
 def loss_of(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     logits = model(tokens)
     return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
-
-
-@contextmanager
-def saved_bytes() -> Iterator[list[int]]:
-    """Count the bytes autograd saves for backward outside checkpointed regions (a checkpointed module's own
-    saved-tensor hooks take over inside it, and keep nothing)."""
-    total = [0]
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
-        total[0] += local.numel() * local.element_size()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        yield total

@@ -16,13 +16,11 @@ import torch
 from torch.utils.data import DataLoader
 
 import core
+from core.toolkit.strategies import saved_tensor_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "plugins" / "core-model-parallel" / "tests" / "scripts"))
 import nd_transformer as nd  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from gpt import saved_bytes  # noqa: E402
 
 
 def run(lite: core.Lite, label: str, out: Path) -> None:
@@ -32,7 +30,7 @@ def run(lite: core.Lite, label: str, out: Path) -> None:
     loader = DataLoader(torch.utils.data.Subset(nd.dataset(), range(3 * nd.GLOBAL_BATCH)), batch_size=nd.GLOBAL_BATCH)
     for tokens, targets in loader:
         optimizer.zero_grad()
-        with saved_bytes() as saved:
+        with saved_tensor_bytes() as saved:
             loss = model(tokens, target=targets)  # the schedule: forward and backward of every micro-batch
         lite.backward(loss)
         optimizer.step()

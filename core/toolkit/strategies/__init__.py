@@ -40,7 +40,7 @@ argument): :func:`checkpoint_activations` applies torch's composable checkpoint 
 classes, a function ``module -> bool``, :class:`EveryNth` for every n-th match) before the model is wrapped or
 sharded, so state-dict keys stay as without it; :func:`checkpointed_modules` says which those are,
 :func:`is_checkpointed` whether one already is, :func:`check_activation_checkpointing_policy` refuses a malformed
-policy when the strategy is made.
+policy when the strategy is made, and :func:`saved_tensor_bytes` measures what a step keeps for backward.
 
 **Other frameworks' arguments.** A process-group strategy given an argument that Lightning's strategy of the same
 name takes and it does not either notes once that it means nothing here (:class:`IgnoredArgumentWarning`) or
@@ -77,6 +77,7 @@ from core.toolkit.strategies._activations import (
     checkpoint_activations,
     checkpointed_modules,
     is_checkpointed,
+    saved_tensor_bytes,
 )
 from core.toolkit.strategies._arguments import RUN_ARGUMENTS, IgnoredArgumentWarning, take_other_arguments
 from core.toolkit.strategies._collectives import Communicator
@@ -161,6 +162,7 @@ __all__ = [
     "is_checkpointed",
     "optimizer_step",
     "placed_like",
+    "saved_tensor_bytes",
     "set_up_part",
     "take_other_arguments",
     "without_replicate",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from typing import TypeAlias
 
 import attrs
@@ -179,3 +180,20 @@ def checkpoint_activations(
         if not is_checkpointed(submodule):
             _checkpoint(submodule)
     return chosen
+
+
+@contextmanager
+def saved_tensor_bytes() -> Iterator[list[int]]:
+    """Count the bytes autograd saves for backward inside the block: ``with saved_tensor_bytes() as saved: loss =
+    model(x)``, then ``saved[0]``. What activation checkpointing removes: inside a checkpointed module its own hooks
+    take over and keep nothing but the module's input. A ``DTensor`` counts its local part.
+    """
+    total = [0]
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        total[0] += local.numel() * local.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        yield total
