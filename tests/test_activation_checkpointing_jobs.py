@@ -25,7 +25,8 @@ import torch
 JOB = Path(__file__).parent / "memory_jobs" / "ac_job.py"
 _LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                      "LOCAL_WORLD_SIZE", "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "CORE_DDP_JOB"}
-NEEDS = {"ddp": "core_ddp", "fsdp": "core_fsdp", "model_parallel": "core_model_parallel", "deepspeed": "deepspeed"}
+NEEDS = {"ddp": "core_ddp", "fsdp": "core_fsdp", "fsdp_hybrid": "core_fsdp", "model_parallel": "core_model_parallel",
+         "deepspeed": "deepspeed"}
 
 pytestmark = [pytest.mark.distributed]
 
@@ -54,11 +55,13 @@ def assert_trainer_resumed_bitwise(out: Path) -> None:
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "model_parallel", "deepspeed"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp_hybrid", "model_parallel", "deepspeed"])
 def test_activation_checkpointing_saves_memory_and_changes_nothing_else(tmp_path: Path, strategy: str) -> None:
     parts = "lite" if strategy == "deepspeed" else "lite,trainer"
     run(tmp_path, strategy, parts)
     for report in lite_reports(tmp_path):
+        if strategy == "fsdp_hybrid":  # HYBRID_SHARD: fully_shard over the 2-D (replicate, shard) mesh
+            assert report["mesh_shape"] == [2, 1]
         assert report["keys"] == report["reference_keys"]
         assert not any("_checkpoint_wrapped_module" in key for key in report["keys"])
         assert report["saved_checkpointed"] <= 0.4 * report["saved_reference"], report

@@ -131,3 +131,26 @@ EXAMPLES: Final[dict[str, Any]] = {
     "check_reduction": False,
 }
 """A value for each name the walk passes (Lightning's default); a name not here is passed ``None``."""
+
+TAKEN: Final[dict[str, tuple[str, ...]]] = {
+    # Names each class takes with a meaning (or a one-time note), never refuses: the walk checks these construct.
+    "core_fsdp:FSDPStrategy": (
+        "process_group_backend", "timeout", "cpu_offload", "mixed_precision", "auto_wrap_policy",
+        "activation_checkpointing", "activation_checkpointing_policy", "sharding_strategy", "state_dict_type",
+        "device_mesh", "limit_all_gathers", "use_orig_params", "forward_prefetch", "backward_prefetch",
+        "sync_module_states",
+    ),
+    "core_ddp:DDPStrategy": (
+        "process_group_backend", "timeout", "start_method", "find_unused_parameters", "static_graph",
+        "gradient_as_bucket_view", "bucket_cap_mb", "broadcast_buffers", "init_sync", "check_reduction",
+    ),
+    "core_deepspeed:DeepSpeedStrategy": (
+        "stage", "offload_optimizer", "offload_parameters", "config", "process_group_backend", "timeout",
+        "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "contiguous_gradients", "sub_group_size",
+        "loss_scale", "initial_scale_power", "partition_activations", "cpu_checkpointing",
+    ),
+    "core_model_parallel:ModelParallelStrategy": (
+        "parallelize_fn", "data_parallel_size", "tensor_parallel_size", "save_distributed_checkpoint",
+        "process_group_backend", "timeout",
+    ),
+}

@@ -1,7 +1,8 @@
 """``python ac_job.py OUT STRATEGY PARTS``: activation checkpointing and save-after-fit under a strategy, 2 ranks.
 
-STRATEGY is ``ddp``, ``fsdp``, ``fsdp_full``, ``model_parallel``, ``model_parallel_full``, ``deepspeed`` or
-``deepspeed_full`` (``_full``: one gathered checkpoint file instead of sharded ones; ZeRO-3 for deepspeed). PARTS is
+STRATEGY is ``ddp``, ``fsdp``, ``fsdp_full``, ``fsdp_hybrid`` (``_HYBRID_SHARD_ZERO2`` on a (2, 1) mesh),
+``model_parallel``, ``model_parallel_full``, ``deepspeed`` or ``deepspeed_full`` (``_full``: one gathered checkpoint
+file instead of sharded ones; ZeRO-3 for deepspeed). PARTS is
 ``lite``, ``trainer`` or ``lite,trainer``:
 
 1. Lite, the strategy given ``activation_checkpointing_policy={Block}``: a GPT made of ``Block`` s (checkpointed) and
@@ -54,11 +55,14 @@ def strategy_of(name: str) -> Any:
         from core_ddp import DDPStrategy
 
         return DDPStrategy(activation_checkpointing_policy=policy)
-    if kind == "fsdp":
+    if kind in ("fsdp", "fsdp_hybrid"):
         from core_fsdp import FSDPStrategy
 
+        # fsdp_hybrid: Lightning's names, replicated across 2 x sharded within 1, parameters kept gathered from
+        # forward to backward (reshard_after_forward=False) with the blocks checkpointed.
+        hybrid = {"sharding_strategy": "_HYBRID_SHARD_ZERO2", "device_mesh": (2, 1)} if kind == "fsdp_hybrid" else {}
         return FSDPStrategy(auto_wrap_policy={Block, ReferenceBlock}, activation_checkpointing_policy=policy,
-                            state_dict_type="full" if full else "sharded")
+                            state_dict_type="full" if full else "sharded", **hybrid)
     if kind == "model_parallel":
         from core_model_parallel import ModelParallelStrategy
 
@@ -118,7 +122,9 @@ def lite_checks(lite: core.Lite, out: Path, name: str) -> None:
     deepspeed = name.startswith("deepspeed")
     checkpointed, checkpointed_optimizer = _set_up(lite, Block, 0)
     reference, reference_optimizer = _set_up(lite, ReferenceBlock, 0)
+    first = next(iter(checkpointed.parameters()))
     report: dict[str, Any] = {
+        "mesh_shape": list(first.device_mesh.shape) if hasattr(first, "device_mesh") else None,
         "keys": list(checkpointed.state_dict()),
         "reference_keys": list(reference.state_dict()),
         # DeepSpeed's gradients live in its partitions, not in .grad: compared through the weights after a step.
