@@ -100,7 +100,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         ``start_method``, ``name``, ``activation_checkpointing_policy`` (applied to the module before
         ``deepspeed.initialize``: :class:`core.toolkit.strategies.ParallelOptions`). Lightning's keywords that are one
         entry of DeepSpeed's config (``overlap_comm``, ``reduce_bucket_size``, ``loss_scale``,
-        ``partition_activations``, ...; ``core_deepspeed._config.LIGHTNING_KEYWORDS``) become that entry, under
+        ``partition_activations``, and the rest of its ZeRO, offload, aio and fp16 keywords) become that entry, under
         ``config=``; the others Lightning takes are refused by name with what to write instead.
     """
 
