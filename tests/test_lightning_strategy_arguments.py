@@ -100,7 +100,7 @@ def test_sharding_strategies_map_to_reshard_after_forward_and_the_hybrid_mesh() 
     with pytest.raises(core.ConfigurationError, match="only sharding_strategy='HYBRID_SHARD' uses"):
         FSDPStrategy(device_mesh=(1, 2))
     with pytest.raises(core.ConfigurationError, match="a DeviceMesh object cannot be passed"):
-        FSDPStrategy(sharding_strategy="HYBRID_SHARD", device_mesh="mesh")
+        FSDPStrategy(sharding_strategy="HYBRID_SHARD", device_mesh="mesh")  # type: ignore[arg-type]
 
 
 def test_fsdp1_objects_are_converted_and_the_rest_noted_or_refused() -> None:
@@ -121,9 +121,9 @@ def test_fsdp1_objects_are_converted_and_the_rest_noted_or_refused() -> None:
         pass
 
     with pytest.warns(IgnoredArgumentWarning, match="no all-gather rate limiter"):
-        Noted(limit_all_gathers=True)
+        Noted(limit_all_gathers=True)  # type: ignore[call-arg]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        Noted(limit_all_gathers=True)  # once only
+        Noted(limit_all_gathers=True)  # type: ignore[call-arg]  # once only
     with pytest.raises(core.ConfigurationError, match="param_init_fn: create the model inside"):
-        FSDPStrategy(param_init_fn=lambda module: None)
+        FSDPStrategy(param_init_fn=lambda module: None)  # type: ignore[call-arg]

@@ -60,7 +60,8 @@ def strategy_of(name: str) -> Any:
 
         # fsdp_hybrid: Lightning's names, replicated across 2 x sharded within 1, parameters kept gathered from
         # forward to backward (reshard_after_forward=False) with the blocks checkpointed.
-        hybrid = {"sharding_strategy": "_HYBRID_SHARD_ZERO2", "device_mesh": (2, 1)} if kind == "fsdp_hybrid" else {}
+        hybrid: dict[str, Any] = (
+            {"sharding_strategy": "_HYBRID_SHARD_ZERO2", "device_mesh": (2, 1)} if kind == "fsdp_hybrid" else {})
         return FSDPStrategy(auto_wrap_policy={Block, ReferenceBlock}, activation_checkpointing_policy=policy,
                             state_dict_type="full" if full else "sharded", **hybrid)
     if kind == "model_parallel":
