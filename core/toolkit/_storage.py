@@ -232,12 +232,13 @@ def _existing_ancestor(path: Path) -> Path:
 def _amount(count: int) -> str:
     if count < 1024:
         return f"{count} bytes"
-    value, unit = float(count), "bytes"
+    value, shown = float(count), "TiB"
     for unit in ("KiB", "MiB", "GiB", "TiB"):
         value /= 1024
         if value < 1024:
+            shown = unit
             break
-    return f"{count} bytes ({value:.1f} {unit})"
+    return f"{count} bytes ({value:.1f} {shown})"
 
 
 def no_space_error(path: str, cause: OSError, *, needed: int | None = None,

@@ -65,7 +65,8 @@ def tensor_bytes(value: Any) -> int:
         if depth > 64:
             return
         if isinstance(item, torch.Tensor):
-            local = item.to_local() if callable(getattr(item, "to_local", None)) else item  # a DTensor: its shard
+            to_local = getattr(item, "to_local", None)  # a DTensor: this rank's shard
+            local: torch.Tensor = to_local() if callable(to_local) else item
             if local.layout != torch.strided or local.is_meta:
                 return
             storage = local.untyped_storage()

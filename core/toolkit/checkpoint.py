@@ -2,7 +2,9 @@
 
 :func:`to_checkpoint` and :func:`restore_state` convert between a ``Lite.save`` state (modules, optimizers,
 plain values) and what is written, as the built-in strategies do; :func:`is_stateful` tells whether an object
-has ``state_dict`` / ``load_state_dict``; :data:`PRECISION_KEY` is where the precision plugin's own state is kept.
+has ``state_dict`` / ``load_state_dict``; :data:`PRECISION_KEY` is where the precision plugin's own state is kept;
+:func:`raise_if_mismatched` is the one error for saved tensors that do not fit a module (other shapes, keys missing
+on either side), for a checkpoint_io that loads weights itself.
 
 :func:`atomic_torch_save` writes ``torch.save`` through a temporary file, fsync and rename (local paths) or a
 single upload (fsspec URLs), so a reader never sees half a checkpoint; :func:`safe_torch_load` and
@@ -24,7 +26,7 @@ read on first use (Lightning's ``lightning.fabric.utilities.load._lazy_load``); 
 all of a collection's at once.
 """
 
-from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, to_checkpoint
+from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, raise_if_mismatched, to_checkpoint
 from core.toolkit._checkpoint_state import restore as restore_state
 from core.toolkit._checksums import seal_directory, verify_directory
 from core.toolkit._directories import DirectoryCheckpointIO, install_directory
@@ -46,6 +48,7 @@ __all__ = [
     "is_stateful",
     "lazy_load",
     "materialize_tensors",
+    "raise_if_mismatched",
     "reporting_full_disk",
     "restore_state",
     "safe_torch_load",
