@@ -34,8 +34,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 LITGPT = [sys.executable, "-m", "litgpt"]
 TINY = {"name": "tiny", "block_size": 128, "vocab_size": 64, "padded_vocab_size": 64, "n_layer": 1, "n_head": 2,
         "n_embd": 16, "rotary_percentage": 1.0}
+# float32 throughout: under fsdp on CPU, bf16-mixed fails in torch inductor's C++ code for the compiled model
+# (litgpt pretrain always compiles). A higher learning rate than litgpt's fine-tuning default, so that the loss
+# falls within a dozen steps.
 COMMON = ["--train.log_interval", "1", "--eval.interval", "1000", "--train.save_interval", "1000",
-          "--logger_name", "csv"]
+          "--logger_name", "csv", "--precision", "32-true", "--eval.initial_validation", "false"]
+FAST_ADAMW = ["--optimizer", '{"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.05}}']
 
 
 def _fsdp_arguments_missing() -> str | None:
@@ -104,9 +108,9 @@ tokenizer.save(str(out / "tokenizer.json"))
 """
 
 
-def _check(name: str, losses: list[float], falls: bool = True) -> None:
+def _check(name: str, losses: list[float]) -> None:
     assert losses, f"{name}: no loss logged"
-    assert not falls or sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, f"{name}: the loss did not fall: {losses}"
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, f"{name}: the loss did not fall: {losses}"
     reference = json.loads(REFERENCE.read_text())
     if os.environ.get("CORE_WRITE_LITGPT_REFERENCE") == "1":  # regenerate: after a deliberate change, say why
         REFERENCE.write_text(json.dumps({**reference, name: [round(loss, 4) for loss in losses]}, indent=1) + "\n")
@@ -120,8 +124,7 @@ def _pretrain(workspace: Workspace, out_dir: str, devices: int) -> list[float]:
     workspace.litgpt("pretrain", "tiny", "--model_config", "tiny.yaml", "--tokenizer_dir", "tokenizer",
                      "--data", "synth_data.SyntheticText", "--out_dir", out_dir, "--devices", str(devices),
                      "--train.max_tokens", "8192", "--train.micro_batch_size", "4",
-                     "--train.global_batch_size", str(4 * devices), "--train.max_seq_length", "32",
-                     "--eval.initial_validation", "false", *COMMON)
+                     "--train.global_batch_size", str(4 * devices), "--train.max_seq_length", "32", *COMMON)
     return workspace.losses(out_dir)
 
 
@@ -134,11 +137,8 @@ def test_pretrain_one_process_then_convert(workspace: Workspace) -> None:
 def test_finetune_lora_merges_and_generates(workspace: Workspace) -> None:
     workspace.litgpt("finetune_lora", "base", "--data", "JSON", "--data.json_path", "sft.json",
                      "--data.val_split_fraction", "0.1", "--train.max_steps", "12", "--train.micro_batch_size", "2",
-                     "--train.global_batch_size", "2", "--eval.initial_validation", "false", "--out_dir", "lora",
-                     "--devices", "1", "--precision", "32-true", *COMMON)
-    # 12 steps at litgpt's default LoRA learning rate (3e-4) do not move the loss measurably: only the reference
-    # is checked here (raising the rate through --optimizer was not yet found to work; see the issue note).
-    _check("finetune_lora-1", workspace.losses("lora"), falls=False)
+                     "--train.global_batch_size", "2", "--out_dir", "lora", "--devices", "1", *FAST_ADAMW, *COMMON)
+    _check("finetune_lora-1", workspace.losses("lora"))
     assert (workspace.path / "lora" / "final" / "lit_model.pth").is_file()  # the merged weights (merge_lora)
     text = workspace.litgpt("generate", "lora/final", "--prompt", "the cat", "--max_new_tokens", "5")
     assert "the cat" in text
@@ -158,7 +158,6 @@ def test_finetune_full_two_processes(workspace: Workspace) -> None:
     if missing:
         pytest.skip(missing)
     workspace.litgpt("finetune_full", "base", "--data", "JSON", "--data.json_path", "sft.json",
-                     "--data.val_split_fraction", "0.1", "--train.max_steps", "6", "--train.micro_batch_size", "2",
-                     "--train.global_batch_size", "4", "--eval.initial_validation", "false", "--out_dir", "full",
-                     "--devices", "2", "--precision", "32-true", *COMMON)
+                     "--data.val_split_fraction", "0.1", "--train.max_steps", "12", "--train.micro_batch_size", "2",
+                     "--train.global_batch_size", "4", "--out_dir", "full", "--devices", "2", *FAST_ADAMW, *COMMON)
     _check("finetune_full-2", workspace.losses("full"))
