@@ -296,3 +296,10 @@ def test_tensorboard_logs_hyperparameters_with_hp_metric_as_lightning(tmp_path: 
     quiet.log_hyperparams({"lr": 0.1}, metrics=0.5, step=3)
     quiet.finalize("success")
     assert [(scalar.step, scalar.value) for scalar in _events(quiet.log_dir).Scalars("hp_metric")] == [(3, 0.5)]
+
+
+def test_seed_everything_prints_seed_set_to_n_as_lightning_under_core_lightning_only() -> None:
+    lightning_style = _python("import core.lightning as L; L.seed_everything(42)")
+    assert lightning_style.returncode == 0 and lightning_style.stderr == "Seed set to 42\n"
+    library = _python("import core; core.seed_everything(42)")  # core alone stays a quiet library
+    assert library.returncode == 0 and library.stderr == ""

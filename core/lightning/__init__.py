@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 from core.lightning import _finder
 from core.lightning._alias import install_alias
+from core.lightning._logging import configure_core_logger
 from core.lightning._names import Target, UnsupportedLightningName, namespace_getattr
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ TOP_LEVEL: Final = {
 """``lightning``'s own ``__all__`` (without ``__version__``), and where each name lives here."""
 
 __getattr__ = namespace_getattr(__name__, TOP_LEVEL, submodules=("fabric", "pytorch"))
+
+# Lightning prints its INFO lines ("Seed set to 42"); so do programs written for it (core/lightning/_logging.py).
+configure_core_logger()
 
 # Every other module path of Lightning 2.6 (core.lightning.pytorch.utilities.model_helpers, ...) comes from
 # the finder over the checked-in table of Lightning's tree (core/lightning/_tree.py).
