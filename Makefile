@@ -99,6 +99,15 @@ stress: setup-all
 bench: setup
 	$(PY) -m bench
 
+# Lightning 2.6's own tests of public behaviour against core.lightning, from a checkout you give
+# (git clone -b 2.6.5 https://github.com/Lightning-AI/pytorch-lightning): a table per file in lightning-tests/.
+LIGHTNING_SRC ?=
+LIGHTNING_TESTS_ARGS ?=
+.PHONY: lightning-tests
+lightning-tests: setup-all
+	@test -n "$(LIGHTNING_SRC)" || { echo "make lightning-tests LIGHTNING_SRC=/path/to/lightning-checkout"; exit 2; }
+	$(PY) scripts/lightning_tests.py --lightning-src "$(LIGHTNING_SRC)" $(LIGHTNING_TESTS_ARGS)
+
 # Peers run in their own environment: Lightning and Accelerate are never dependencies of the project.
 PEERS_VENV := .venv-peers
 bench-peers:

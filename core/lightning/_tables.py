@@ -125,7 +125,7 @@ UTILITIES: Final[dict[str, Entry]] = {
     "rank_zero_only": Target("core.lightning._rank_zero", "rank_zero_only"),
     "rank_zero_info": Target("core.lightning._rank_zero", "rank_zero_info"),
     "rank_zero_warn": Target("core.lightning._rank_zero", "rank_zero_warn"),
-    "seed_everything": Target("core.lite", "seed_everything"),
+    "seed_everything": Target("core.lightning._compat", "seed_everything"),
 }
 """The commonly imported part of ``lightning.pytorch.utilities`` and ``lightning.fabric.utilities``."""
 
@@ -138,12 +138,13 @@ PLUGINS: Final[dict[str, Entry]] = {
     **{
         name: Unsupported("plugins are chosen by alias, not constructed.", _ALIASES)
         for name in (
-            "Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision", "BitsandbytesPrecision",
+            "MixedPrecision", "HalfPrecision", "DoublePrecision", "BitsandbytesPrecision",
             "TransformerEnginePrecision", "CheckpointIO", "TorchCheckpointIO", "AsyncCheckpointIO",
             "XLACheckpointIO",
         )
     },
     "ClusterEnvironment": Target("core.lightning._bases", "ClusterEnvironment"),
+    "Precision": Target("core.lightning._bases", "Precision"),  # annotations; subclassing says what to do
 }
 """``lightning.fabric.plugins`` and ``lightning.pytorch.plugins`` (their ``environments`` submodule aside)."""
 

@@ -335,6 +335,13 @@ class MetricStore:
             and (entry.logger or not for_logger)
         }
 
+    def forked_names(self) -> dict[str, str]:
+        """Each name logged with both ``on_step`` and ``on_epoch``, and the key of its epoch value (``name_epoch``).
+
+        Lightning's ``callback_metrics`` also holds such a name bare: ``ModelCheckpoint(monitor=name)`` reads it.
+        """
+        return {entry.name: entry.epoch_key for entry in self.entries.values() if entry.on_step and entry.on_epoch}
+
     def latest_step_values(self) -> dict[str, torch.Tensor | float]:
         """The latest step value of every name, whichever batch logged it (no conversion)."""
         return {
