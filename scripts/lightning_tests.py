@@ -89,7 +89,7 @@ class Outcome:
 def prepare(lightning_src: Path, scratch: Path) -> Path:
     """Copy ``tests_fabric`` and ``tests_pytorch`` of the checkout into ``scratch``, ready to run."""
     sys.path.insert(0, str(HARNESS))
-    from support import make_imports_lazy
+    from lightning_harness_support import make_imports_lazy
 
     tests = lightning_src / "tests"
     if not (tests / "tests_pytorch").is_dir():
@@ -102,7 +102,7 @@ def prepare(lightning_src: Path, scratch: Path) -> Path:
             shutil.copyfile(HARNESS / OWN_FILES[relative], path)
         else:
             path.write_text(make_imports_lazy(path.read_text()))
-    shutil.copyfile(HARNESS / "support.py", scratch / "lightning_harness_support.py")
+    shutil.copyfile(HARNESS / "lightning_harness_support.py", scratch / "lightning_harness_support.py")
     # a pytest plugin (-p) is imported before any conftest or test package __init__
     (scratch / "lightning_harness_plugin.py").write_text(
         "import lightning_harness_support\n"
