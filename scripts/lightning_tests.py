@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import json
 import os
 import runpy
@@ -89,7 +90,7 @@ class Outcome:
 def prepare(lightning_src: Path, scratch: Path) -> Path:
     """Copy ``tests_fabric`` and ``tests_pytorch`` of the checkout into ``scratch``, ready to run."""
     sys.path.insert(0, str(HARNESS))
-    from lightning_harness_support import make_imports_lazy
+    make_imports_lazy = importlib.import_module("lightning_harness_support").make_imports_lazy
 
     tests = lightning_src / "tests"
     if not (tests / "tests_pytorch").is_dir():
@@ -316,30 +317,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=120, help="seconds per test")
     parser.add_argument("--out", type=Path, default=Path("lightning-tests"), help="directory for the report")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy of the tests")
+    parser.add_argument("--from-results", type=Path, default=None,
+                        help="no run: the tables again from a results.json (after editing the reviewed lists)")
     parser.add_argument("--suggest", action="store_true",
                         help="also write not_applicable_suggested.py: failing tests whose message shows an internal")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
 
+    if args.from_results is not None:
+        outcomes = [Outcome(**item) for item in json.loads(args.from_results.read_text())]
+        return report(args, outcomes)
     scratch = Path(tempfile.mkdtemp(prefix="lightning-tests-"))
     try:
         prepare(args.lightning_src.resolve(), scratch)
-        report = run_pytest(scratch, args.files, args.workers, args.timeout, args.pytest_args)
-        if not report.exists():
-            print(f"pytest wrote no report ({report}); see its output above", file=sys.stderr)
+        junit = run_pytest(scratch, args.files, args.workers, args.timeout, args.pytest_args)
+        if not junit.exists():
+            print(f"pytest wrote no report ({junit}); see its output above", file=sys.stderr)
             return 2
-        outcomes = read_junit(report)
+        outcomes = read_junit(junit)
     finally:
         if args.keep:
             print(f"scratch copy kept in {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-    not_applicable, kept = load_lists()
+    return report(args, outcomes)
+
+
+def report(args: argparse.Namespace, outcomes: list[Outcome]) -> int:
+    """Write results.json, the table, the failures (and the suggestions) into ``args.out``; print the table."""
     args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps([attrs.asdict(o) for o in outcomes], indent=1))
+    not_applicable, kept = load_lists()
     summary = table(outcomes, not_applicable, kept)
     (args.out / "table.md").write_text(summary)
     (args.out / "failures.md").write_text(failures(outcomes, not_applicable, kept))
-    (args.out / "results.json").write_text(json.dumps([attrs.asdict(o) for o in outcomes], indent=1))
     if args.suggest:
         suggested = suggest_not_applicable(outcomes, kept, args.lightning_src)
         write_suggestions(args.out / "not_applicable_suggested.py", suggested)

@@ -327,3 +327,48 @@ def test_model_checkpoint_saves_on_exception_and_can_overwrite_without_a_version
     with pytest.raises(RuntimeError, match="boom"):
         again.fit(Failing())
     assert _checkpoints(tmp_path / "ckpt") == ["fixed.ckpt"]  # overwritten: no fixed-v1.ckpt
+
+
+def test_datamodule_from_datasets_hands_out_loaders_of_the_given_datasets(tmp_path: Path) -> None:
+    from torch.utils.data import TensorDataset
+
+    train = TensorDataset(torch.randn(8, 32))
+    vals = [TensorDataset(torch.randn(4, 32)), TensorDataset(torch.randn(6, 32))]
+    datamodule = core.DataModule.from_datasets(train, vals, batch_size=2)
+    assert len(datamodule.train_dataloader()) == 4
+    assert [len(loader) for loader in datamodule.val_dataloader()] == [2, 3]
+    assert datamodule.test_dataloader() is None  # not given: the class's method
+
+    class Sized(core.DataModule):
+        def __init__(self, batch_size: int, extra: str) -> None:
+            super().__init__()
+            self.batch_size, self.extra = batch_size, extra
+
+    sized = Sized.from_datasets(train, batch_size=4, extra="x")
+    assert (sized.batch_size, sized.extra) == (4, "x")  # type: ignore[attr-defined]
+
+
+def test_model_checkpoint_to_yaml_writes_the_best_k_scores(tmp_path: Path) -> None:
+    import yaml
+
+    checkpoint = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path)
+    checkpoint.best_k_models = {"a.ckpt": 0.5, "b.ckpt": 0.25}
+    checkpoint.to_yaml()
+    assert yaml.safe_load((tmp_path / "best_k_models.yaml").read_text()) == {"a.ckpt": 0.5, "b.ckpt": 0.25}
+
+
+def test_lightning_trainer_reads_num_sanity_val_steps_minus_one_as_infinity(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, num_sanity_val_steps=-1)
+    assert trainer.num_sanity_val_steps == float("inf")
+    checked: list[int] = []
+
+    class Count(L.Callback):
+        def on_validation_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+            if trainer.sanity_checking:
+                checked.append(1)
+
+    trainer.callbacks.append(Count())
+    trainer.fit(BoringModel())
+    assert len(checked) == 2  # every batch of limit_val_batches=2
+    assert len(trainer.predict(BoringModel(), dataloaders=BoringModel().val_dataloader(),
+                               return_predictions=None)) > 0

@@ -235,6 +235,14 @@ class ModelCheckpoint(Checkpoint):
             for logger in trainer.loggers:  # as Lightning: loggers that upload checkpoints pick them up here
                 logger.after_save_checkpoint(self)
 
+    def to_yaml(self, filepath: str | os.PathLike[str] | None = None) -> None:
+        """Write ``best_k_models`` (file -> score) as YAML, by default to ``<dirpath>/best_k_models.yaml``."""
+        import yaml
+
+        path = filepath if filepath is not None else os.path.join(self._directory(), "best_k_models.yaml")
+        with open(path, "w") as file:
+            yaml.dump({name: float(score) for name, score in self.best_k_models.items()}, file)
+
     def _save_last(self, trainer: TrainerView) -> None:
         last = os.path.join(self._directory(), self.NAME_LAST + self.FILE_EXTENSION)
         trainer.save_checkpoint(last, weights_only=self.save_weights_only)

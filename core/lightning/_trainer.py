@@ -177,6 +177,12 @@ class Trainer(_CoreTrainer):
         return len(self.device_ids)
 
     @property
+    def num_sanity_val_steps(self) -> int | float:  # type: ignore[override]
+        """Lightning's value: ``float("inf")`` for ``num_sanity_val_steps=-1`` (all of the validation data)."""
+        steps = self.config.num_sanity_val_steps
+        return float("inf") if steps == -1 else steps
+
+    @property
     def early_stopping_callbacks(self) -> list[EarlyStopping]:
         return [callback for callback in self.callbacks if isinstance(callback, EarlyStopping)]
 
@@ -198,6 +204,8 @@ class Trainer(_CoreTrainer):
         return result
 
     def predict(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("return_predictions", True) is None:
+            kwargs["return_predictions"] = True  # Lightning's None: return them
         return self._interruptible(super().predict, *args, **kwargs)
 
     def _interruptible(self, entry_point: Any, *args: Any, **kwargs: Any) -> Any:

@@ -80,7 +80,9 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
                      "TRAIN_DATALOADERS")
     },
     "pytorch.utilities.grads": {"grad_norm": Target(_H, "grad_norm")},
-    "pytorch.utilities.imports": {"_TORCHVISION_AVAILABLE": Target(_H, "_TORCHVISION_AVAILABLE")},
+    "pytorch.utilities.imports": {
+        name: Target(_H, name) for name in ("_TORCHVISION_AVAILABLE", "_RICH_AVAILABLE", "_OMEGACONF_AVAILABLE")
+    },
     "fabric.loggers.tensorboard": {
         "_TENSORBOARD_AVAILABLE": Target(_H, "_TENSORBOARD_AVAILABLE"),
         "_TENSORBOARDX_AVAILABLE": Target(_H, "_TENSORBOARDX_AVAILABLE"),
