@@ -20,6 +20,7 @@ import core
 import core.lightning as L
 from core.lightning._names import UnsupportedLightningName
 from core.lightning.pytorch.demos.boring_classes import BoringModel
+from core.loggers import CSVLogger, Logger
 
 
 def _lightning(module: str, name: str) -> Any:
@@ -241,7 +242,7 @@ def test_two_stateless_callbacks_of_one_class_are_accepted_and_stateful_twins_re
 def test_a_logger_of_your_own_needs_no_save_dir_and_hyperparameters_may_be_a_namespace(tmp_path: Path) -> None:
     received: list[tuple[dict[str, float], int | None]] = []
 
-    class Mine(core.loggers.Logger):
+    class Mine(Logger):
         def log_metrics(self, metrics: Any, step: int | None = None) -> None:
             received.append((dict(metrics), step))
 
@@ -261,7 +262,7 @@ def test_a_logger_of_your_own_needs_no_save_dir_and_hyperparameters_may_be_a_nam
 
 
 def test_csv_logger_without_a_step_appends_rows_and_is_its_own_experiment(tmp_path: Path) -> None:
-    logger = core.loggers.CSVLogger(tmp_path)
+    logger = CSVLogger(tmp_path)
     logger.experiment.log_metrics({"a": 1.0})
     logger.log_metrics({"a": 2.0})
     logger.save()
@@ -372,3 +373,32 @@ def test_lightning_trainer_reads_num_sanity_val_steps_minus_one_as_infinity(tmp_
     assert len(checked) == 2  # every batch of limit_val_batches=2
     assert len(trainer.predict(BoringModel(), dataloaders=BoringModel().val_dataloader(),
                                return_predictions=None)) > 0
+
+
+def test_reduce_fx_takes_lightnings_spellings_and_logged_metrics_hold_no_epoch(tmp_path: Path) -> None:
+    received: list[dict[str, float]] = []
+
+    class Mine(Logger):
+        def log_metrics(self, metrics: Any, step: int | None = None) -> None:
+            received.append(dict(metrics))
+
+    class Logs(BoringModel):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            out = super().training_step(batch, batch_idx)
+            self.log("peak", float(batch_idx), on_step=False, on_epoch=True, reduce_fx=torch.max)
+            self.log("low", float(batch_idx), on_step=False, on_epoch=True, reduce_fx=min)
+            self.log("avg", float(batch_idx), on_step=False, on_epoch=True, reduce_fx="AVG")
+            return out
+
+    trainer = _trainer(tmp_path, limit_train_batches=4, limit_val_batches=0, logger=Mine())
+    trainer.fit(Logs())
+    assert trainer.logged_metrics == {"peak": 3.0, "low": 0.0, "avg": 1.5}
+    assert received[-1]["epoch"] == 0  # the loggers get the epoch, as Lightning's do
+    with pytest.raises(core.ConfigurationError, match=r"reduce_fx='median'.*torch\.mean"):
+        _trainer(tmp_path).fit(_Median())
+
+
+class _Median(BoringModel):
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        self.log("x", 1.0, reduce_fx="median")
+        return super().training_step(batch, batch_idx)

@@ -454,7 +454,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         logger: bool = True,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
-        reduce_fx: str = "mean",
+        reduce_fx: str | Callable[..., Any] = "mean",
         sync_dist: bool = False,
         rank_zero_only: bool = False,
         batch_size: int | None = None,
@@ -469,7 +469,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         :param on_epoch: Aggregate it over the epoch (key suffixed ``_epoch`` when ``on_step`` is also set).
             Default: ``False`` in training batch hooks, ``True`` elsewhere.
         :param reduce_fx: How the epoch aggregate is made: ``"mean"`` (weighted by batch size), ``"sum"``,
-            ``"max"`` or ``"min"``.
+            ``"max"`` or ``"min"`` (Lightning's ``"avg"``, any case, and ``torch.mean``/``sum``/``max``/``min``).
         :param sync_dist: Reduce across processes with the strategy (``Lite.all_reduce``): step values at
             once, epoch values once at the end of the epoch (weighted sums, so the mean is exact).
         :param rank_zero_only: The value is computed on global rank 0 only; other ranks ignore the call.

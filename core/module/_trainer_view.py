@@ -10,7 +10,7 @@ attributes) is the Trainer's own business.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -33,7 +33,7 @@ class MetricSink(Protocol):
         logger: bool,
         on_step: bool | None,
         on_epoch: bool | None,
-        reduce_fx: str,
+        reduce_fx: str | Callable[..., Any],
         sync_dist: bool,
         rank_zero_only: bool,
         batch_size: int | None,

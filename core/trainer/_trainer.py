@@ -611,11 +611,12 @@ class Trainer:
     def log_to_loggers(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Send ``metrics`` to every logger at ``step`` (default: the global step), from global rank 0.
 
-        During fit the current epoch is added as ``epoch``. Call it on every rank (it only records elsewhere).
+        During fit the loggers also get the current epoch as ``epoch``. Call it on every rank (it only records
+        elsewhere).
         """
-        if self.state == "fit":
-            metrics = {**metrics, "epoch": self.current_epoch}
         self.run_state.logged_metrics.update(metrics)
+        if self.state == "fit":  # for the loggers only, as Lightning: logged_metrics holds what was logged
+            metrics = {**metrics, "epoch": self.current_epoch}
         if self.is_global_zero:
             at = self.global_step if step is None else step
             for logger in self.loggers:
