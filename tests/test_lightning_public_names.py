@@ -402,3 +402,16 @@ class _Median(BoringModel):
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         self.log("x", 1.0, reduce_fx="median")
         return super().training_step(batch, batch_idx)
+
+
+def test_a_dotted_path_through_the_namespace_resolves_as_in_a_real_package() -> None:
+    import pkgutil
+    from unittest import mock
+
+    loggers = importlib.import_module("core.lightning.pytorch.loggers")
+    assert pkgutil.resolve_name("core.lightning.pytorch.loggers.CSVLogger.log_metrics") is (
+        loggers.CSVLogger.log_metrics)
+    with mock.patch("core.lightning.pytorch.loggers.CSVLogger.log_metrics") as patched:
+        assert loggers.CSVLogger.log_metrics is patched
+    with pytest.raises(UnsupportedLightningName, match="Did you mean 'EarlyStopping'"):
+        importlib.import_module("core.lightning.pytorch.callbacks.EarlyStoping")
