@@ -247,8 +247,8 @@ def internal_reference(lightning_src: Path, test: str) -> str | None:
         return None
     # the test file's own private names (its helpers' methods and attributes) are not Lightning's
     own = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    own |= {target.attr for node in ast.walk(tree) if isinstance(node, ast.Assign)
-            for target in node.targets if isinstance(target, ast.Attribute)}
+    own |= {target.attr for node in ast.walk(tree) if isinstance(node, ast.Assign) for target in node.targets
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"}
     for node in ast.walk(function):
         if isinstance(node, ast.Attribute) and node.attr not in own:
             attribute = node.attr
