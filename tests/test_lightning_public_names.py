@@ -415,3 +415,18 @@ def test_a_dotted_path_through_the_namespace_resolves_as_in_a_real_package() -> 
         assert loggers.CSVLogger.log_metrics is patched
     with pytest.raises(UnsupportedLightningName, match="Did you mean 'EarlyStopping'"):
         importlib.import_module("core.lightning.pytorch.callbacks.EarlyStoping")
+
+
+def test_evaluating_after_fit_without_a_model_loads_the_best_checkpoint(tmp_path: Path) -> None:
+    checkpoint = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt")
+    trainer = _trainer(tmp_path, enable_checkpointing=True, callbacks=[checkpoint])
+    trainer.fit(BoringModel())
+    with pytest.warns(core.CoreWarning, match="The best model of the previous `fit` call will be used"):
+        trainer.validate(verbose=False)
+    assert trainer.ckpt_path == checkpoint.best_model_path
+    trainer.test(BoringModel(), verbose=False)  # a model given: no checkpoint
+    assert trainer.ckpt_path is None
+    plain = _trainer(tmp_path)
+    plain.fit(BoringModel())
+    with pytest.raises(ValueError, match="`ModelCheckpoint` is not configured"), pytest.warns(core.CoreWarning):
+        plain.test()

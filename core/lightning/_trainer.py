@@ -14,11 +14,13 @@ import contextlib
 import inspect
 import os
 import sys
+import warnings
 from collections.abc import Generator
 from typing import Any
 
 import torch
 
+from core._errors import ConfigurationError, CoreWarning
 from core.callbacks import EarlyStopping
 from core.lightning._compat import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from core.lightning._loggers import CSVLogger, TensorBoardLogger
@@ -195,18 +197,67 @@ class Trainer(_CoreTrainer):
     def fit(self, *args: Any, **kwargs: Any) -> None:
         self._interruptible(super().fit, *args, **kwargs)
 
-    def validate(self, *args: Any, verbose: bool = True, **kwargs: Any) -> list[dict[str, float]]:
-        result: list[dict[str, float]] = self._interruptible(super().validate, *args, **kwargs)
+    # Lightning's parameter order: verbose comes before datamodule
+    def validate(  # type: ignore[override]
+        self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
+        datamodule: Any = None,
+    ) -> list[dict[str, float]]:
+        """Lightning's ``validate``: without a model after ``fit``, the best checkpoint of that fit is loaded."""
+        ckpt_path = self._lightning_ckpt_path("validate", model, ckpt_path)
+        result: list[dict[str, float]] = self._interruptible(
+            super().validate, model, dataloaders, ckpt_path=ckpt_path, datamodule=datamodule)
         return result
 
-    def test(self, *args: Any, verbose: bool = True, **kwargs: Any) -> list[dict[str, float]]:
-        result: list[dict[str, float]] = self._interruptible(super().test, *args, **kwargs)
+    def test(  # type: ignore[override]
+        self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
+        datamodule: Any = None,
+    ) -> list[dict[str, float]]:
+        """Lightning's ``test``: without a model after ``fit``, the best checkpoint of that fit is loaded."""
+        ckpt_path = self._lightning_ckpt_path("test", model, ckpt_path)
+        result: list[dict[str, float]] = self._interruptible(
+            super().test, model, dataloaders, ckpt_path=ckpt_path, datamodule=datamodule)
         return result
 
-    def predict(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("return_predictions", True) is None:
-            kwargs["return_predictions"] = True  # Lightning's None: return them
-        return self._interruptible(super().predict, *args, **kwargs)
+    def predict(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
+                return_predictions: bool | None = None, ckpt_path: Any = None) -> Any:
+        """Lightning's ``predict``: predictions are returned unless ``return_predictions=False``; without a model
+        after ``fit``, the best checkpoint of that fit is loaded."""
+        ckpt_path = self._lightning_ckpt_path("predict", model, ckpt_path)
+        return self._interruptible(super().predict, model, dataloaders, datamodule=datamodule,
+                                   return_predictions=return_predictions is not False, ckpt_path=ckpt_path)
+
+    def _lightning_ckpt_path(self, fn: str, model: Any, ckpt_path: Any) -> Any:
+        """Lightning's choice of checkpoint for validate/test/predict (``_parse_ckpt_path``): with no model and no
+        ``ckpt_path`` after a fit, ``"best"``, with a warning; ``"best"`` is the first ModelCheckpoint's best file."""
+        if model is None and ckpt_path is None and self.module is not None:
+            warnings.warn(
+                f"`.{fn}(ckpt_path=None)` was called without a model. The best model of the previous `fit` call will "
+                f"be used. You can pass `.{fn}(ckpt_path='best')` to use the best model or `.{fn}(ckpt_path='last')` "
+                "to use the last model. If you pass a value, this warning will be silenced.",
+                CoreWarning, stacklevel=3,
+            )
+            ckpt_path = "best"
+        if ckpt_path != "best":
+            return ckpt_path
+        if len(self.checkpoint_callbacks) > 1:
+            warnings.warn(
+                f'`.{fn}(ckpt_path="best")` is called with Trainer configured with multiple `ModelCheckpoint` '
+                "callbacks. It will use the best checkpoint path from first checkpoint callback.",
+                CoreWarning, stacklevel=3,
+            )
+        callback = self.checkpoint_callback
+        if callback is None:
+            raise ConfigurationError(f'`.{fn}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured.')
+        if not callback.best_model_path:
+            if self.fast_dev_run:
+                raise ConfigurationError(
+                    f'You cannot execute `.{fn}(ckpt_path="best")` with `fast_dev_run=True`. Please pass an exact '
+                    f"checkpoint path to `.{fn}(ckpt_path=...)`"
+                )
+            raise ConfigurationError(
+                f'`.{fn}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured to save the best model.'
+            )
+        return callback.best_model_path
 
     def _interruptible(self, entry_point: Any, *args: Any, **kwargs: Any) -> Any:
         """Lightning's ending of a run: an exception leaves ``state.status`` INTERRUPTED (the callbacks' and the

@@ -129,8 +129,9 @@ def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | No
             )
             if chosen is None:
                 warnings.warn(
-                    f"{stage}(ckpt_path='last') found no checkpoint in "
-                    f"{[callback.dirpath for callback in callbacks]}; starting from the beginning.",
+                    f"{stage}(ckpt_path='last') is set, but there is no last checkpoint in "
+                    f"{[callback.dirpath for callback in callbacks]}. No checkpoint will be loaded (save one with "
+                    f"ModelCheckpoint(save_last=True)).",
                     CoreWarning,
                     stacklevel=2,
                 )
