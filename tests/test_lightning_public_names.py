@@ -430,3 +430,14 @@ def test_evaluating_after_fit_without_a_model_loads_the_best_checkpoint(tmp_path
     plain.fit(BoringModel())
     with pytest.raises(ValueError, match="`ModelCheckpoint` is not configured"), pytest.warns(core.CoreWarning):
         plain.test()
+
+
+def test_csv_logger_files_are_named_by_lightnings_experiment_writer(tmp_path: Path) -> None:
+    writer = _lightning("pytorch.loggers.csv_logs", "ExperimentWriter")
+    logger = L.pytorch.loggers.CSVLogger(tmp_path)
+    logger.log_hyperparams()  # no hyperparameters: an empty file, as Lightning's
+    logger.log_hyperparams({"lr": 0.1})
+    logger.log_metrics({"a": 1.0}, 0)
+    logger.save()
+    assert (Path(logger.log_dir) / writer.NAME_METRICS_FILE).is_file()
+    assert (Path(logger.log_dir) / writer.NAME_HPARAMS_FILE).is_file()

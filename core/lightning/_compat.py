@@ -25,6 +25,7 @@ from core.loggers import Logger
 __all__ = [
     "DummyLogger",
     "EarlyStoppingReason",
+    "ExperimentWriter",
     "MisconfigurationException",
     "PossibleUserWarning",
     "RunningStage",
@@ -177,6 +178,18 @@ class DummyLogger(Logger):
         if name.startswith("__"):
             raise AttributeError(name)
         return lambda *args, **kwargs: None
+
+
+class ExperimentWriter:
+    """``lightning.pytorch.loggers.csv_logs.ExperimentWriter``: the names of the files a ``CSVLogger`` writes in its
+    ``log_dir``. Writing goes through the logger (``logger.experiment`` is the logger itself here)."""
+
+    NAME_METRICS_FILE = "metrics.csv"
+    NAME_HPARAMS_FILE = "hparams.yaml"
+
+    def __init__(self, log_dir: str | os.PathLike[str]) -> None:
+        self.log_dir = os.fspath(log_dir)
+        self.metrics_file_path = os.path.join(self.log_dir, self.NAME_METRICS_FILE)
 
 
 # ---------------------------------------------------------------------------------------------------------------

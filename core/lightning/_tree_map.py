@@ -106,6 +106,7 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
     "pytorch.utilities.warnings": {"PossibleUserWarning": Target(_C, "PossibleUserWarning")},
     "pytorch.trainer.states": {name: Target(_C, name) for name in _STATES},
     "pytorch.loggers.logger": {"DummyLogger": Target(_C, "DummyLogger")},
+    "pytorch.loggers.csv_logs": {"ExperimentWriter": Target(_C, "ExperimentWriter")},
     "pytorch.callbacks.early_stopping": {"EarlyStoppingReason": Target(_C, "EarlyStoppingReason")},
     **{module: {"Precision": Target("core.lightning._bases", "Precision")}
        for module in ("fabric.plugins", "fabric.plugins.precision", "fabric.plugins.precision.precision",

@@ -28,8 +28,10 @@ def next_version(root: str) -> int:
     return max(numbers, default=-1) + 1
 
 
-def as_mapping(params: Mapping[str, Any] | Namespace) -> dict[str, Any]:
+def as_mapping(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:
     """Hyperparameters as a dict: an ``argparse.Namespace`` (Lightning programs pass ``args``) by its attributes."""
+    if params is None:
+        return {}
     return dict(vars(params)) if isinstance(params, Namespace) else dict(params)
 
 
@@ -99,7 +101,7 @@ class Logger:
         """Record ``metrics`` at ``step`` (the number of optimizer steps taken so far; the Trainer always gives it)."""
         raise NotImplementedError
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
         """Record the run's hyperparameters (a mapping or an ``argparse.Namespace``); by default as
         :attr:`hparams_file` in :attr:`log_dir`."""
         params = as_mapping(params)

@@ -173,7 +173,7 @@ class MLFlowLogger(Logger):
         return os.path.join(self.save_dir or self._save_dir or os.getcwd(), str(self.experiment_id), str(self.run_id))
 
     @rank_zero_only
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
         params = as_mapping(params)
         from mlflow.entities import Param
 

@@ -56,7 +56,7 @@ class TensorBoardLogger(Logger):
         for name, value in metrics.items():
             writer.add_scalar(name, value, global_step=step)
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
         params = as_mapping(params)
         super().log_hyperparams(params)
         self.experiment.add_text("hparams", json.dumps(params, indent=2, sort_keys=True, default=repr))
