@@ -203,19 +203,22 @@ class Trainer(_CoreTrainer):
         datamodule: Any = None,
     ) -> list[dict[str, float]]:
         """Lightning's ``validate``: without a model after ``fit``, the best checkpoint of that fit is loaded."""
-        ckpt_path = self._lightning_ckpt_path("validate", model, ckpt_path)
-        result: list[dict[str, float]] = self._interruptible(
-            super().validate, model, dataloaders, ckpt_path=ckpt_path, datamodule=datamodule)
-        return result
+        return self._evaluate_as_lightning("validate", model, dataloaders, ckpt_path, datamodule)
 
     def test(  # type: ignore[override]
         self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
         datamodule: Any = None,
     ) -> list[dict[str, float]]:
         """Lightning's ``test``: without a model after ``fit``, the best checkpoint of that fit is loaded."""
-        ckpt_path = self._lightning_ckpt_path("test", model, ckpt_path)
+        return self._evaluate_as_lightning("test", model, dataloaders, ckpt_path, datamodule)
+
+    def _evaluate_as_lightning(
+        self, fn: str, model: Any, dataloaders: Any, ckpt_path: Any, datamodule: Any
+    ) -> list[dict[str, float]]:
+        entry_point = super().validate if fn == "validate" else super().test
+        ckpt_path = self._lightning_ckpt_path(fn, model, ckpt_path)
         result: list[dict[str, float]] = self._interruptible(
-            super().test, model, dataloaders, ckpt_path=ckpt_path, datamodule=datamodule)
+            entry_point, model, dataloaders, ckpt_path=ckpt_path, datamodule=datamodule)
         return result
 
     def predict(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
