@@ -441,3 +441,17 @@ def test_csv_logger_files_are_named_by_lightnings_experiment_writer(tmp_path: Pa
     logger.save()
     assert (Path(logger.log_dir) / writer.NAME_METRICS_FILE).is_file()
     assert (Path(logger.log_dir) / writer.NAME_HPARAMS_FILE).is_file()
+
+
+def test_a_custom_logger_decorated_with_rank_zero_only_imports_from_lightnings_module() -> None:
+    rank_zero_only = _lightning("pytorch.utilities.rank_zero", "rank_zero_only")
+    calls: list[dict[str, float]] = []
+
+    class Mine(Logger):
+        @rank_zero_only
+        def log_metrics(self, metrics: Any, step: int | None = None) -> None:
+            calls.append(dict(metrics))
+
+    Mine().log_metrics({"a": 1.0})
+    assert calls == [{"a": 1.0}]
+    assert _lightning("fabric.utilities.rank_zero", "rank_zero_only") is rank_zero_only

@@ -107,6 +107,10 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
     "pytorch.trainer.states": {name: Target(_C, name) for name in _STATES},
     "pytorch.loggers.logger": {"DummyLogger": Target(_C, "DummyLogger")},
     "pytorch.loggers.csv_logs": {"ExperimentWriter": Target(_C, "ExperimentWriter")},
+    # Lightning re-exports these from lightning_utilities, so its tree lists no names for the module
+    **{module: {name: Target("core.lightning._rank_zero", name)
+                for name in ("rank_zero_only", "rank_zero_info", "rank_zero_warn")}
+       for module in ("pytorch.utilities.rank_zero", "fabric.utilities.rank_zero")},
     "pytorch.callbacks.early_stopping": {"EarlyStoppingReason": Target(_C, "EarlyStoppingReason")},
     **{module: {"Precision": Target("core.lightning._bases", "Precision")}
        for module in ("fabric.plugins", "fabric.plugins.precision", "fabric.plugins.precision.precision",

@@ -168,7 +168,7 @@ NOT_APPLICABLE: dict[str, str] = {
     'tests_pytorch/callbacks/test_early_stopping.py::test_check_on_train_epoch_end_smart_handling':
         "patches `lightning.pytorch.callbacks.EarlyStopping._evaluate_stopping_criteria` inside Lightning's implementation",  # noqa: E501
     'tests_pytorch/callbacks/test_early_stopping.py::test_early_stopping_log_info':
-        "patches `log` inside a module of Lightning's implementation",
+        "patches `lightning.pytorch.callbacks.early_stopping.log.info` inside Lightning's implementation",
     'tests_pytorch/callbacks/test_early_stopping.py::test_early_stopping_no_extraneous_invocations':
         "uses Lightning's internal `early_stop_callback._run_early_stopping_check`",
     'tests_pytorch/callbacks/test_early_stopping.py::test_early_stopping_squeezes':
@@ -204,7 +204,7 @@ NOT_APPLICABLE: dict[str, str] = {
     'tests_pytorch/checkpointing/test_model_checkpoint.py::test_train_epoch_end_ckpt_with_no_validation':
         "drives Lightning's loop object `trainer.fit_loop`",
     'tests_pytorch/core/test_datamodules.py::test_can_prepare_data':
-        "uses Lightning's internal `trainer._data_connector`",
+        "reads Lightning's private attribute `_data_connector`",
     'tests_pytorch/core/test_datamodules.py::test_dm_checkpoint_save_and_load':
         "uses Lightning's internal `trainer._checkpoint_connector._restore_modules_and_callbacks`",
     'tests_pytorch/core/test_lightning_module.py::test_1_optimizer_toggle_model':
@@ -219,6 +219,10 @@ NOT_APPLICABLE: dict[str, str] = {
         "uses Lightning's internal `inner._trainer`",
     'tests_pytorch/loggers/test_csv.py::test_append_metrics_file':
         "patches `_ExperimentWriter` inside a module of Lightning's implementation",
+    'tests_pytorch/loggers/test_logger.py::test_np_sanitization':
+        "imports Lightning's private `_convert_params`",
+    'tests_pytorch/loggers/test_logger.py::test_scan_checkpoints':
+        "imports Lightning's private `_scan_checkpoints`",
     'tests_pytorch/models/test_hooks.py::test_load_from_checkpoint_hook_calls':
         "uses Lightning's internal `trainer.strategy.connect`",
     'tests_pytorch/trainer/flags/test_barebones.py::test_barebones_argument_selection':
@@ -252,7 +256,7 @@ NOT_APPLICABLE: dict[str, str] = {
     'tests_pytorch/trainer/logging_/test_eval_loop_logging.py::test_native_print_results_encodings':
         "imports Lightning's internal `core.lightning.pytorch.loops`",
     'tests_pytorch/trainer/logging_/test_eval_loop_logging.py::test_rich_print_results':
-        "uses Lightning's internal `_EvaluationLoop._print_results`",
+        "imports Lightning's private `_EvaluationLoop`",
     'tests_pytorch/trainer/logging_/test_train_loop_logging.py::test_on_epoch_logging_with_sum_and_on_batch_start':
         "reads Lightning's private attribute `_results`",
     'tests_pytorch/trainer/logging_/test_train_loop_logging.py::test_unsqueezed_tensor_logging':
@@ -280,7 +284,7 @@ NOT_APPLICABLE: dict[str, str] = {
     'tests_pytorch/trainer/test_trainer.py::test_num_sanity_val_steps':
         "drives Lightning's loop object `trainer.fit_loop`",
     'tests_pytorch/trainer/test_trainer.py::test_num_sanity_val_steps_neg_one':
-        "uses Lightning's internal `trainer.fit_loop.epoch_loop`",
+        "drives Lightning's loop object `trainer.fit_loop`",
     'tests_pytorch/trainer/test_trainer.py::test_trainer_config_device_ids':
         "mocks Lightning's device detection (`mock_cuda_count` of its conftest)",
     'tests_pytorch/trainer/test_trainer.py::test_trainer_config_strategy':
