@@ -204,6 +204,7 @@ def table(outcomes: list[Outcome], not_applicable: dict[str, str], kept: dict[st
 
 INTERNAL_SIGNS: Final = (
     (r"has no attribute '(_[^_]\w*)'", "reads Lightning's private attribute `{0}`"),
+    (r"does not have the attribute '(_[^_]\w*)'", "patches Lightning's private method `{0}`"),
     (r"has no attribute '((?:fit|validate|test|predict)_loop)'", "drives Lightning's loop object `trainer.{0}`"),
     (r"import (?:\w+ as )?(_\w+)", "imports Lightning's private `{0}`"),
     (r"import ([\w.]*_\w*connector\w*|[\w.]*\.loops[\w.]*)", "imports Lightning's internal `{0}`"),

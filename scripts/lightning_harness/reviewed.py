@@ -62,7 +62,7 @@ NOT_APPLICABLE: dict[str, str] = {
     'tests_fabric/test_fabric.py::test_setup_compiled_module':
         "reads Lightning's private attribute `_compile_kwargs`",
     'tests_fabric/test_fabric.py::test_setup_dataloaders_captures_dataloader_arguments':
-        "patches `lightning.fabric.fabric._replace_dunder_methods` inside Lightning's implementation",
+        "patches Lightning's private method `_replace_dunder_methods`",
     'tests_fabric/test_fabric.py::test_setup_dataloaders_distributed_sampler_not_needed':
         "reads Lightning's private attribute `_dataloader`",
     'tests_fabric/test_fabric.py::test_setup_dataloaders_distributed_sampler_parity':
@@ -166,13 +166,15 @@ NOT_APPLICABLE: dict[str, str] = {
     'tests_fabric/utilities/test_seed.py::test_generate_seed_sequence_no_collision':
         "imports Lightning's private `_generate_seed_sequence`",
     'tests_pytorch/callbacks/test_early_stopping.py::test_check_on_train_epoch_end_smart_handling':
-        "patches `lightning.pytorch.callbacks.EarlyStopping._evaluate_stopping_criteria` inside Lightning's implementation",  # noqa: E501
+        "patches Lightning's private method `_evaluate_stopping_criteria`",
     'tests_pytorch/callbacks/test_early_stopping.py::test_early_stopping_log_info':
         "patches `lightning.pytorch.callbacks.early_stopping.log.info` inside Lightning's implementation",
     'tests_pytorch/callbacks/test_early_stopping.py::test_early_stopping_no_extraneous_invocations':
         "uses Lightning's internal `early_stop_callback._run_early_stopping_check`",
     'tests_pytorch/callbacks/test_early_stopping.py::test_early_stopping_squeezes':
-        "patches `lightning.pytorch.callbacks.EarlyStopping._evaluate_stopping_criteria` inside Lightning's implementation",  # noqa: E501
+        "patches Lightning's private method `_evaluate_stopping_criteria`",
+    'tests_pytorch/callbacks/test_early_stopping.py::test_min_epochs_min_steps_global_step':
+        "patches Lightning's private method `_evaluate_stopping_criteria`",
     'tests_pytorch/checkpointing/test_model_checkpoint.py::test_checkpoint_repeated_strategy_extended':
         "imports Lightning's private `_load`",
     'tests_pytorch/checkpointing/test_model_checkpoint.py::test_ckpt_version_after_rerun_same_trainer':
