@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Final
 
 import torch
 
@@ -61,6 +61,11 @@ class _LiveState(TrainerState):
 
     def __bool__(self) -> bool:
         return self.status == TrainerStatus.RUNNING
+
+
+LIGHTNING_READS: Final = frozenset({"strategy", "num_sanity_val_steps"})
+"""Flags whose value the Lightning Trainer reads back as Lightning does: ``trainer.strategy`` is the strategy (not the
+flag's alias) and ``num_sanity_val_steps=-1`` reads as ``inf``. It declares no flag: each still goes to core's."""
 
 
 class _StrategyView:
