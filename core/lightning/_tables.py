@@ -138,11 +138,13 @@ PLUGINS: Final[dict[str, Entry]] = {
     **{
         name: Unsupported("plugins are chosen by alias, not constructed.", _ALIASES)
         for name in (
-            "Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision", "BitsandbytesPrecision",
-            "TransformerEnginePrecision", "CheckpointIO", "TorchCheckpointIO", "AsyncCheckpointIO",
-            "XLACheckpointIO",
+            "Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision", "CheckpointIO", "TorchCheckpointIO",
+            "AsyncCheckpointIO", "XLACheckpointIO",
         )
     },
+    # Precisions with options beyond an alias: Lightning's class, constructed, is the plugin object.
+    "BitsandbytesPrecision": Target("core_bitsandbytes", "BitsandbytesPrecision", "core-bitsandbytes"),
+    "TransformerEnginePrecision": Target("core.lightning._precisions", "TransformerEnginePrecision"),
     "ClusterEnvironment": Target("core.lightning._bases", "ClusterEnvironment"),
 }
 """``lightning.fabric.plugins`` and ``lightning.pytorch.plugins`` (their ``environments`` submodule aside)."""

@@ -172,7 +172,16 @@ class BitsandbytesPrecision:
         for name in names:
             parent, _, child = name.rpartition(".")
             setattr(modules[parent], child, self._quantized_layer(cast(torch.nn.Linear, modules[name])))
+        self._to_compute_dtype(module)
         return module
+
+    def _to_compute_dtype(self, module: torch.nn.Module) -> None:
+        """Everything but the quantized weights in the compute dtype (layers left out, norms, biases), in place."""
+        quantized = {id(layer.weight) for _, layer in self._layers(module)}
+        with torch.no_grad():
+            for tensor in (*module.parameters(), *module.buffers()):
+                if id(tensor) not in quantized and torch.is_floating_point(tensor) and tensor.dtype != self.dtype:
+                    tensor.data = tensor.data.to(self.dtype)
 
     @hookimpl
     def precision_module_materialized(self, module: torch.nn.Module) -> None:
