@@ -54,5 +54,5 @@ def test_transformer_engine_precision_imports_and_points_to_fp8(namespace: str) 
     import importlib
 
     TransformerEnginePrecision = importlib.import_module(namespace).TransformerEnginePrecision
-    with pytest.raises(core.PluginUnavailableError, match="TransformerEngine.*precision='fp8'.*core-torchao"):
+    with pytest.raises(core.PluginUnavailableError, match=r"TransformerEngine.*precision='fp8'.*core-torchao"):
         TransformerEnginePrecision(weights_dtype=torch.bfloat16)
