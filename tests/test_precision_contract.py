@@ -137,3 +137,19 @@ def test_a_precision_returning_no_module_is_a_broken_plugin() -> None:
     lite = core.Lite(accelerator="cpu", devices=1, precision=Broken())
     with pytest.raises(core.BrokenPluginError, match=r"expected a torch\.nn\.Module"):
         lite.setup_module(torch.nn.Linear(2, 2))
+
+
+def test_an_empty_init_model_is_handed_back_once_the_strategy_gave_it_values() -> None:
+    precision = ScaledPrecision()
+
+    def run(lite: core.Lite) -> list[bool]:
+        with lite.init_module(empty_init=True):
+            model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 16))
+        on_meta = [parameter.is_meta for parameter in model.parameters()]
+        lite.setup_module(model)
+        return on_meta
+
+    # fsdp on one process (gloo) creates empty-init models on the meta device and materialises them at setup.
+    on_meta = core.Lite(accelerator="cpu", strategy="fsdp", devices=1, precision=precision).launch(run)
+    assert on_meta and all(on_meta), f"the model was not created empty: {on_meta}"
+    assert precision.materialized == 1, f"precision_module_materialized ran {precision.materialized} times"

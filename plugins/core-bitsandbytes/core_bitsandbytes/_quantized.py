@@ -34,11 +34,14 @@ if TYPE_CHECKING:
 MODES: Final = ("nf4", "nf4-dq", "fp4", "fp4-dq", "int8", "int8-training")
 """Lightning's ``BitsandbytesPrecision`` modes, each an alias here."""
 
+_SHARDING: Final = {"fsdp", "fsdp_cpu_offload", "model_parallel", "pipeline", "deepspeed", "deepspeed_stage_1",
+                    "deepspeed_stage_2", "deepspeed_stage_2_offload", "deepspeed_stage_3", "deepspeed_stage_3_offload"}
+
 QUANTIZED_SUPPORTS: Final = Supports(
-    never={"strategy": {"fsdp", "model_parallel", "pipeline", "deepspeed", "dp"}},
+    never={"strategy": {*_SHARDING, "dp"}, "accelerator": {"tpu"}},
     hint="bitsandbytes' packed weights and their quantization state cannot be sharded into DTensors (fsdp, "
     "model_parallel, pipeline) or handed to DeepSpeed's engine, and 'dp' runs replicas in threads: use "
-    "strategy='single_device' or 'ddp'.",
+    "strategy='single_device' or 'ddp'. bitsandbytes has no TPU backend.",
 )
 
 

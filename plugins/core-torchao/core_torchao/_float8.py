@@ -38,10 +38,14 @@ RECIPES: Final = {"fp8": "tensorwise", "fp8-rowwise": "rowwise", "fp8-rowwise-gw
 MIN_CAPABILITY: Final = (8, 9)
 """The CUDA compute capability from which float8 matrix multiplications run in hardware (Ada, Hopper, Blackwell)."""
 
+_DEEPSPEED: Final = {"deepspeed", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_2_offload",
+                     "deepspeed_stage_3", "deepspeed_stage_3_offload"}
+
 FLOAT8_SUPPORTS: Final = Supports(
-    never={"strategy": {"dp", "deepspeed"}},
+    never={"strategy": {"dp", *_DEEPSPEED}, "accelerator": {"mps", "tpu"}},
     hint="strategy='dp' runs replicas in threads that autocast does not reach, and DeepSpeed converts the model "
-    "its own way: use strategy='ddp', 'fsdp' or 'model_parallel' with float8.",
+    "its own way: use strategy='ddp', 'fsdp' or 'model_parallel' with float8. torchao's float8 runs on CUDA (and "
+    "emulated on the CPU), not on MPS or TPU: use precision='bf16-mixed' there.",
 )
 
 
