@@ -189,9 +189,13 @@ def _state_of(model: nn.Module, optimizer: Any) -> Callable[[], list[torch.Tenso
     return lambda: [*model.parameters(), *_optimizer_tensors(optimizer)]
 
 
-def raw_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.device, compile: bool) -> Runner:
+def raw_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.device, compile: bool,
+               convert: Callable[[nn.Module], None] | None = None, name: str = "raw") -> Runner:
+    """The plain loop; ``convert`` changes the model in place before it is compiled (float8 by hand)."""
     model = GPT(shape).to(device)
     model.load_state_dict(weights)
+    if convert is not None:
+        convert(model)
     forward: nn.Module = torch.compile(model) if compile else model  # type: ignore[assignment]
     optimizer = _adamw(model, device)
 
@@ -202,7 +206,7 @@ def raw_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.dev
         loss_of(logits, targets).backward()
         optimizer.step()
 
-    return Runner("raw", step, _state_of(model, optimizer))
+    return Runner(name, step, _state_of(model, optimizer))
 
 
 def lite_runner(lite: Any, shape: Shape, weights: dict[str, torch.Tensor], compile: bool, name: str) -> Runner:
@@ -490,22 +494,13 @@ def raw_fp8_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch
         convert_to_float8_training,
     )
 
-    model = GPT(shape).to(device)
-    model.load_state_dict(weights)
-    chosen = set(_float8_filter().chosen(model))
     config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=device.type != "cuda")
-    convert_to_float8_training(model, module_filter_fn=lambda _, fqn: fqn in chosen, config=config)
-    forward: nn.Module = torch.compile(model)  # type: ignore[assignment]
-    optimizer = _adamw(model, device)
 
-    def step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = forward(tokens)
-        loss_of(logits, targets).backward()
-        optimizer.step()
+    def convert(model: nn.Module) -> None:
+        chosen = set(_float8_filter().chosen(model))
+        convert_to_float8_training(model, module_filter_fn=lambda _, fqn: fqn in chosen, config=config)
 
-    return Runner("raw_fp8", step, _state_of(model, optimizer))
+    return raw_runner(shape, weights, device, True, convert=convert, name="raw_fp8")
 
 
 def float8_section(plan: Plan, section: str, result: dict[str, Any], log: Callable[[str], None]) -> None:

@@ -11,14 +11,17 @@ and ``precision_module_state_to_load``).
 What it does itself, with these helpers: :class:`LinearFilter` chooses the layers to convert (dimensions divisible
 by a multiple, a minimum size, the output head and named layers left out); :func:`swap_linear_layers` replaces the
 chosen layers in place and returns their fully-qualified names; :func:`layers_of_type` finds the converted layers
-again (for the state-dict hooks), by name, as their state-dict keys are prefixed.
+again (for the state-dict hooks), by name, as their state-dict keys are prefixed. For the forward pass:
+:func:`default_dtype` (a context making a dtype torch's default) and :func:`floating_to` (a batch's or an output's
+floating tensors in a dtype, the rest untouched).
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Collection, Iterator
-from typing import TypeVar
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import attrs
 import torch
@@ -26,7 +29,7 @@ import torch
 from core._checks import check_whole
 from core._errors import ConfigurationError
 
-__all__ = ["LinearFilter", "layers_of_type", "swap_linear_layers"]
+__all__ = ["LinearFilter", "default_dtype", "floating_to", "layers_of_type", "swap_linear_layers"]
 
 _Layer = TypeVar("_Layer", bound=torch.nn.Module)
 
@@ -121,3 +124,23 @@ def layers_of_type(model: torch.nn.Module, layer_type: type[_Layer]) -> Iterator
     for name, layer in model.named_modules():
         if isinstance(layer, layer_type):
             yield name, layer
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Make ``dtype`` the default for new floating tensors, restoring the previous one on exit."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def floating_to(data: Any, dtype: torch.dtype | None = None) -> Any:
+    """``data`` (a tensor or nested collection) with its floating tensors in ``dtype`` (default: torch's default
+    dtype now, what ``precision_convert_output`` gives back); integer tensors and other values unchanged."""
+    from core.toolkit.tensors import apply_to_tensors
+
+    target = torch.get_default_dtype() if dtype is None else dtype
+    return apply_to_tensors(data, lambda tensor: tensor.to(target) if torch.is_floating_point(tensor) else tensor)

@@ -20,13 +20,13 @@ import importlib.util
 import os
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import torch
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit.tensors import apply_to_tensors
+from core.toolkit.precisions import default_dtype, floating_to
 
 if TYPE_CHECKING:
     from core import ActiveSet
@@ -52,16 +52,6 @@ def _bitsandbytes() -> Any:
         import bitsandbytes
 
     return bitsandbytes
-
-
-@contextmanager
-def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
 
 
 class BitsandbytesPrecision:
@@ -195,20 +185,19 @@ class BitsandbytesPrecision:
 
     @hookimpl
     def precision_tensor_init_context(self) -> AbstractContextManager[None]:
-        return _default_dtype(self.dtype)
+        return default_dtype(self.dtype)
 
     @hookimpl
     def precision_autocast(self) -> AbstractContextManager[None]:
-        return _default_dtype(self.dtype)
+        return default_dtype(self.dtype)
 
     @hookimpl
     def precision_convert_input(self, data: Any) -> Any:
-        return apply_to_tensors(data, lambda t: t.to(self.dtype) if torch.is_floating_point(t) else t)
+        return floating_to(data, self.dtype)
 
     @hookimpl
     def precision_convert_output(self, data: Any) -> Any:
-        target = torch.get_default_dtype()
-        return apply_to_tensors(data, lambda t: t.to(target) if torch.is_floating_point(t) else t)
+        return floating_to(data)
 
     # -- checkpoints: plain float32 weights under the plain keys ------------------------------------------
 

@@ -26,8 +26,7 @@ import attrs
 import torch
 
 from core import ConfigurationError, CoreWarning, Supports, hookimpl
-from core.toolkit.precisions import LinearFilter
-from core.toolkit.tensors import apply_to_tensors
+from core.toolkit.precisions import LinearFilter, floating_to
 
 if TYPE_CHECKING:
     from core import ActiveSet
@@ -218,8 +217,7 @@ class Float8Precision:
 
     @hookimpl
     def precision_convert_output(self, data: Any) -> Any:
-        target = torch.get_default_dtype()
-        return apply_to_tensors(data, lambda t: t.to(target) if torch.is_floating_point(t) else t)
+        return floating_to(data)
 
     @hookimpl
     def precision_sharded_parameter_dtype(self) -> torch.dtype | None:
