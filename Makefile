@@ -14,7 +14,7 @@ CONTRIB_DISTS := $(patsubst %/pyproject.toml,%,$(wildcard contrib/*/pyproject.to
 DISTS := $(PLUGIN_DISTS) $(CONTRIB_DISTS)
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-all test lint typecheck unit demo bench bench-peers docs dist clean stress
+.PHONY: setup setup-all test lint typecheck unit demo bench bench-peers flags docs dist clean stress
 
 # What the main job needs: the venv, torch from the pin in constraints.txt, core with its `examples` extra
 # (scikit-learn) and every first-party plugin under plugins/, in editable mode.
@@ -107,9 +107,14 @@ bench-peers:
 	$(PEERS_VENV)/bin/python -m bench.peers
 	$(PEERS_VENV)/bin/python -m bench.peers_gpt
 
+# What follows from the Trainer's flag declarations (core/trainer/_flags.py): its signature, views, TrainerConfig's
+# fields and docs/trainer.md's table.
+flags:
+	$(PY) scripts/gen_trainer_flags.py
+
 docs: setup-all
 	$(PY) scripts/gen_hooks_doc.py
-	$(PY) scripts/gen_trainer_flags_doc.py
+	$(PY) scripts/gen_trainer_flags.py
 	@if [ -f scripts/gen_compatibility.py ]; then $(PY) scripts/gen_compatibility.py; fi
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 

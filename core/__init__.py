@@ -25,8 +25,7 @@ from core._errors import (
 from core._markers import hookimpl, hookspec
 from core._records import ClusterInfo, ResolvedConfig, Supports
 from core._traits import TRAITS, PluginObject, PluginTraits, traits_of
-
-__version__ = "0.1.0"
+from core._version import __version__
 
 # Public name -> module that defines it, imported on first attribute access.
 _LAZY = {

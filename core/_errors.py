@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "BrokenPluginError",
@@ -24,8 +25,29 @@ __all__ = [
 ]
 
 
+def _rebuilt(cls: type[CoreError], args: tuple[object, ...], state: dict[str, object]) -> CoreError:
+    """An error as :meth:`CoreError.__reduce__` saved it, without calling its ``__init__`` again."""
+    builtin_bases: list[Any] = [base for base in cls.__mro__ if base.__module__ == "builtins"]
+    for base in builtin_bases:  # the builtin base whose layout it has (OSError's, for a TimeoutError subclass)
+        try:
+            error: CoreError = base.__new__(cls)
+            break
+        except TypeError:  # "RuntimeError.__new__(X) is not safe": another base lays it out
+            continue
+    else:  # pragma: no cover - every exception class has a builtin base that creates it
+        raise TypeError(f"cannot unpickle {cls.__qualname__}")
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class CoreError(Exception):
     """Base class of every error raised by `core` and its plugins."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Errors cross processes (a rank's failure, a spawned run's outcome). Exception's own pickling calls
+        # ``cls(*args)``, which a subclass whose ``__init__`` builds the message from its parts cannot take back.
+        return (_rebuilt, (type(self), self.args, dict(self.__dict__)))
 
 
 class ConfigurationError(CoreError, ValueError):

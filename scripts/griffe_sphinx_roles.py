@@ -5,6 +5,10 @@ as ``:class:`Lite``` as they are written. Once griffe has loaded a package, this
 (``scripts/sphinx_roles.py``) into optional mkdocs-autorefs references: a name is resolved in the scope of the
 object whose docstring holds it, and links to its page where the site documents it, else shows as code.
 Configured in mkdocs.yml (``extensions:`` of the python handler).
+
+The names in signatures, annotations and class bases are shown by their public path too (:class:`PublicPaths`):
+``Bases: core.CoreError``, not the ``core._errors.CoreError`` where it is defined; a name with no public path
+shows as its bare name. Nothing changes at run time (``__module__``, ``repr``, pickling stay as they are).
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ def _public(path: str, collection: Any, package: str) -> str:
     return path
 
 
+def _is_private(path: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in path.split("."))
+
+
+def _shown(path: str, collection: Any, package: str) -> str:
+    """``path`` as the site shows it: its public path, else (a private name without one) its bare name."""
+    public = _public(path, collection, package)
+    return public.rpartition(".")[2] if _is_private(public) else public
+
+
 def _resolver(obj: griffe.Object | griffe.Alias) -> Any:
     collection = obj.modules_collection
     package = obj.path.split(".")[0]
@@ -53,10 +67,55 @@ def _resolver(obj: griffe.Object | griffe.Alias) -> Any:
             except (griffe.NameResolutionError, griffe.AliasResolutionError, KeyError, AttributeError):
                 scope = scope.parent
                 continue
-            return _public(f"{found}.{rest}" if rest else found, collection, package)
+            public = _public(f"{found}.{rest}" if rest else found, collection, package)
+            return None if _is_private(public) else public  # undocumented: shown as code, without its path
         return None
 
     return resolve
+
+
+class _PublicScope:
+    """The scope of a name in a signature, resolving it to the path the site shows (see :func:`_shown`).
+
+    Stands in for a griffe object as an ``ExprName``'s ``parent``, whose ``canonical_path`` and ``reference_path``
+    (the link and its title) are ``parent.resolve(name)``. It resolves when the page is rendered, once every
+    package is loaded and every re-export known; anything else is asked of the object itself."""
+
+    def __init__(self, scope: Any, member: str | None) -> None:
+        self._scope = scope
+        self._member = member
+        self.members: dict[str, Any] = {}  # the expression looks its member up here: this scope itself
+
+    def resolve(self, name: str) -> str:
+        scope = self._scope.members.get(self._member, self._scope) if self._member else self._scope
+        path: str = scope.resolve(name)
+        return _shown(path, self._scope.modules_collection, self._scope.path.split(".")[0])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._scope, name)
+
+
+def _expressions(obj: griffe.Object) -> list[Any]:
+    found: list[Any] = []
+    if isinstance(obj, griffe.Class):
+        found += obj.bases
+    if isinstance(obj, griffe.Function):
+        found += [obj.returns, *(parameter.annotation for parameter in obj.parameters)]
+        found += [parameter.default for parameter in obj.parameters]
+    if isinstance(obj, griffe.Attribute):
+        found += [obj.annotation, obj.value]
+    return [expression for expression in found if isinstance(expression, griffe.Expr)]
+
+
+class PublicPaths(griffe.Extension):
+    """The names in every signature, annotation and list of bases are resolved to their public paths."""
+
+    def on_object(self, *, obj: griffe.Object, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+        for expression in _expressions(obj):
+            for name in expression.iterate(flat=True):
+                if isinstance(name, griffe.ExprName) and isinstance(name.parent, (griffe.Object, griffe.Alias)):
+                    name.parent = _PublicScope(name.parent, name.member)  # type: ignore[assignment]
+                    name.member = None
 
 
 class SphinxRoles(griffe.Extension):

@@ -19,7 +19,9 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import textwrap
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 USAGE = re.compile(r"^pip install (core-[a-z-]+(?: core-[a-z-]+)*)$", re.MULTILINE)
 pytestmark = pytest.mark.timeout(600)
+BUILT = (".whl", ".tar.gz")
 
 
 def _readme_usage_line() -> list[str]:
@@ -152,6 +155,50 @@ def test_the_usage_line_installs_the_built_wheels_not_the_clone(venv: Venv) -> N
     assert str(ROOT) not in where.stdout and "site-packages" in where.stdout
     checked = venv.run("-m", "pip", "check")
     assert checked.returncode == 0, checked.stdout
+
+
+def _distributions() -> list[Path]:
+    return [ROOT, *sorted(path.parent for path in ROOT.glob("plugins/*/pyproject.toml")),
+            *sorted(path.parent for path in ROOT.glob("contrib/*/pyproject.toml"))]
+
+
+def test_every_built_wheel_and_sdist_carries_the_license_text(venv: Venv) -> None:
+    licence = (ROOT / "LICENSE").read_text()
+    assert licence.lstrip().startswith("Apache License") and "Version 2.0, January 2004" in licence
+    assert "END OF TERMS AND CONDITIONS" in licence  # the full text, not a notice
+    built = sorted(path for path in venv.index.parent.iterdir() if path.name.endswith(BUILT))
+    assert len(built) == 2 * (1 + len(_readme_usage_line()))
+    for path in built:
+        if path.suffix == ".whl":
+            with zipfile.ZipFile(path) as wheel:
+                names = [name for name in wheel.namelist() if name.endswith(".dist-info/licenses/LICENSE")]
+                assert len(names) == 1, f"{path.name}: {wheel.namelist()}"
+                assert wheel.read(names[0]).decode() == licence, path.name
+                metadata = wheel.read(names[0].replace("licenses/LICENSE", "METADATA")).decode()
+        else:
+            with tarfile.open(path) as sdist:
+                member = sdist.getmember(f"{path.name[:-len('.tar.gz')]}/LICENSE")
+                assert member.isfile(), f"{path.name}: LICENSE is a link, not the text"
+                handle = sdist.extractfile(member)
+                assert handle is not None and handle.read().decode() == licence, path.name
+                info = sdist.extractfile(f"{path.name[:-len('.tar.gz')]}/PKG-INFO")
+                assert info is not None, path.name
+                metadata = info.read().decode()
+        assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata, path.name
+        assert "Project-URL" not in metadata, path.name  # no invented home page
+
+
+def test_every_distribution_ships_the_license_and_declares_no_placeholder_url() -> None:
+    """The distributions the module does not build (every one under plugins/ and contrib/) ship it the same way:
+    ``license-files`` names their ``LICENSE``, which is the root's text (a link to it; the sdist stores the text)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+; CI runs 3.11
+    licence = (ROOT / "LICENSE").read_text()
+    for directory in _distributions():
+        project = tomllib.loads((directory / "pyproject.toml").read_text())["project"]
+        name = project["name"]
+        assert project["license"] == "Apache-2.0" and project.get("license-files") == ["LICENSE"], name
+        assert (directory / "LICENSE").read_text() == licence, name
+        assert "urls" not in project, f"{name}: project URLs point nowhere true; there is no public home page"
 
 
 def test_plugins_are_listed_by_the_installed_core(venv: Venv) -> None:

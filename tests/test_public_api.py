@@ -50,12 +50,20 @@ def test_the_import_linter_config_lists_every_distributions_package() -> None:
     assert config["root_packages"] == ["core", *package_names()], (
         "add the new package to [tool.importlinter] root_packages in pyproject.toml"
     )
+    below_lite = [contract for contract in config["contracts"] if contract["type"] == "forbidden"]
+    assert [contract["source_modules"] for contract in below_lite] == [package_names()], (
+        "add the new package to the source_modules of the 'Plugins sit below Lite' contract in pyproject.toml"
+    )
+    assert below_lite[0]["forbidden_modules"] == [
+        "core.lite", "core.module", "core.trainer", "core.callbacks", "core.loggers", "core.fault_tolerance",
+    ]
 
 
 def test_the_contracts_hold_for_this_repository() -> None:
     finished = subprocess.run([str(LINT_IMPORTS)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stdout + finished.stderr
     assert "Plugins import only public names of core and of other plugins KEPT" in finished.stdout
+    assert "Plugins sit below Lite" in finished.stdout
 
 
 def test_a_private_import_fails_lint_imports_naming_the_import_and_its_line(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
-"""Each Trainer flag is declared once (``core.trainer._flags.FLAGS``), and every place that names the flags agrees
-with that declaration: ``Trainer.__init__``'s signature, the ``TrainerConfig`` record, the Trainer's read-only
-properties, docs/trainer.md's table, ``help(Trainer)`` and Lightning's ``Trainer`` name. A flag added in one of
-these places only fails here."""
+"""Each Trainer flag is declared once (``core.trainer._flags.FLAGS``), and every place that names the flags follows
+from that declaration: ``Trainer.__init__``'s signature, the ``TrainerConfig`` record and the Trainer's read-only
+views are written by ``scripts/gen_trainer_flags.py`` (checked in; regenerating changes nothing), docs/trainer.md's
+table too, ``help(Trainer)`` at import, and Lightning's ``Trainer`` takes them all. A flag added in one of these
+places by hand only fails here."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import core
 import core.lightning
 import core.lightning.pytorch
 from core.trainer import Trainer, TrainerConfig
-from core.trainer._flags import FLAGS, flags_of
+from core.trainer._flags import FLAGS, FlagView, flags_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,13 +68,19 @@ def test_the_config_record_holds_exactly_the_loop_flags_in_order() -> None:
     assert all(flag.check is None for flag in FLAGS if flag.group != "loop")
 
 
-def test_each_loop_flag_is_a_read_only_property_reading_the_record(tmp_path: Path) -> None:
+def test_each_loop_flag_is_a_read_only_view_of_the_record(tmp_path: Path) -> None:
     trainer = Trainer(accelerator="cpu", devices=1, logger=False, default_root_dir=tmp_path, max_steps=7,
                       limit_test_batches=3, gradient_clip_val=0.5, log_every_n_steps=5, overfit_batches=2)
     for flag in flags_of("loop"):
-        assert isinstance(inspect.getattr_static(Trainer, flag.name), property), flag.name
+        view = inspect.getattr_static(Trainer, flag.name)
+        assert isinstance(view, property if flag.own_property else FlagView), flag.name
         assert getattr(trainer, flag.name) == getattr(trainer.config, flag.name), flag.name
     assert (trainer.max_steps, trainer.limit_test_batches, trainer.limit_train_batches) == (7, 3, 2)
+    assert Trainer.max_steps.__doc__ == "stop after this many optimizer steps (`-1`: no limit)"  # help() shows it
+    with pytest.raises(AttributeError, match=r"trainer.max_steps is read-only: pass it when constructing the "
+                                             r"Trainer \(Trainer\(max_steps=...\)\)"):
+        trainer.max_steps = 3  # type: ignore[assignment]  # mypy refuses it too: the view's __set__ takes Never
+    assert trainer.max_steps == 7
 
 
 def test_from_flags_takes_the_loop_flags_only() -> None:
@@ -87,15 +94,40 @@ def test_the_lite_flags_reach_lite_as_given(tmp_path: Path) -> None:
     assert trainer.lite_settings["precision"] == "32-true"
 
 
-def test_the_docs_table_is_generated_from_the_declaration(tmp_path: Path) -> None:
-    fresh = tmp_path / "trainer.md"
-    script = ROOT / "scripts" / "gen_trainer_flags_doc.py"
-    subprocess.run([sys.executable, str(script), str(fresh)], check=True, timeout=120, capture_output=True)
+def test_the_lite_flags_are_declared_as_lite_declares_them() -> None:
+    # The Trainer's signature repeats Lite's parameters it hands on: same names, order, annotations and defaults.
+    parameters = list(inspect.signature(core.Lite.__init__).parameters.values())[1:]
+    lite = [(p.name, p.annotation, p.default) for p in parameters if p.name in {f.name for f in flags_of("lite")}]
+    assert lite == [(flag.name, flag.type, flag.default) for flag in flags_of("lite")]
+
+
+def test_regenerating_the_signature_record_views_and_docs_table_changes_nothing() -> None:
+    script = ROOT / "scripts" / "gen_trainer_flags.py"
+    checked = subprocess.run([sys.executable, str(script), "--check"], timeout=120, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # names each stale file and `make flags`
     committed = (ROOT / "docs" / "trainer.md").read_text()
-    assert fresh.read_text() == committed, "docs/trainer.md's flag table is stale: run `make docs`"
     rows = [line for line in committed.splitlines() if line.startswith("| `")]
     for flag in FLAGS:
         assert any(row.startswith(f"| `{flag.name}` | ") and flag.doc in row for row in rows), flag.name
+
+
+def test_the_check_names_a_hand_edited_generated_file_and_the_command(tmp_path: Path) -> None:
+    # The script run on a copy of the repository's generated files, one of them edited by hand.
+    for path in ("scripts/gen_trainer_flags.py", "core/trainer/_trainer.py", "core/trainer/_config.py",
+                 "docs/trainer.md"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text((ROOT / path).read_text())
+    config = tmp_path / "core" / "trainer" / "_config.py"
+    config.write_text(config.read_text().replace("    max_steps: int\n", "    max_steps: int\n    max_joy: int\n"))
+    checked = subprocess.run([sys.executable, str(tmp_path / "scripts" / "gen_trainer_flags.py"), "--check"],
+                             timeout=120, capture_output=True, text=True)
+    assert (checked.returncode, checked.stdout) == (1, (
+        "core/trainer/_config.py is not what the flag declarations give: run `make flags` "
+        "(scripts/gen_trainer_flags.py)\n"))
+    rewritten = subprocess.run([sys.executable, str(tmp_path / "scripts" / "gen_trainer_flags.py")],
+                               timeout=120, capture_output=True, text=True, check=True)
+    assert rewritten.stdout == "wrote core/trainer/_config.py\n"
+    assert config.read_text() == (ROOT / "core" / "trainer" / "_config.py").read_text()
 
 
 def test_help_lists_every_flag_with_its_line() -> None:

@@ -49,7 +49,7 @@ def test_the_flags_are_one_frozen_validated_record(tmp_path: Path) -> None:
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         trainer.config.max_steps = 3  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        trainer.max_steps = 3  # type: ignore[misc]
+        trainer.max_steps = 3  # type: ignore[assignment]  # read-only (FlagView.__set__ takes Never)
     assert TrainerConfig.from_flags(default_root_dir=tmp_path).max_epochs == 1000
 
 
@@ -140,7 +140,7 @@ def test_the_config_and_run_state_types_are_public_and_fast_dev_run_is_a_flag_of
     assert quiet(tmp_path, fast_dev_run=True).config.fast_dev_run == 1
     assert quiet(tmp_path).config.fast_dev_run == 0
     with pytest.raises(AttributeError):
-        trainer.fast_dev_run = 3  # type: ignore[misc]
+        trainer.fast_dev_run = 3  # type: ignore[assignment]
     with pytest.raises(core.ConfigurationError, match=r"fast_dev_run=-1: expected True/False or a number"):
         TrainerConfig.from_flags(fast_dev_run=-1)
 

@@ -142,9 +142,9 @@ class AsyncCheckpointIO(TorchCheckpointIO):
             description, error = failures[0]
             others = f" ({len(failures) - 1} later background write(s) failed too)" if len(failures) > 1 else ""
             raise CheckpointError(
-                f"The background {description} failed: {type(error).__name__}: {error}{others}. Nothing newer than "
-                f"the last successful save was written there; fix the cause (disk space, permissions, an object "
-                f"torch.save cannot pickle) and save again."
+                f"The background {description} failed: {type(error).__name__}: {str(error).rstrip('.')}{others}. "
+                f"Nothing newer than the last successful save was written there; fix the cause (disk space, "
+                f"permissions, an object torch.save cannot pickle) and save again."
             ) from error
 
     @property

@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-import attrs
-
 from core._errors import CoreError
+from core.lightning._entries import Entry, Target, Unsupported
 
 __all__ = [
+    "Entry",
     "Target",
     "UnknownLightningName",
     "Unsupported",
@@ -49,27 +49,6 @@ class UnknownLightningName(UnsupportedLightningName, AttributeError):
     """
 
 
-@attrs.frozen
-class Target:
-    """Where the object for a Lightning name lives: ``module`` and ``attribute``.
-
-    :param distribution: The distribution to ``pip install`` when ``module`` is a plugin's package.
-    """
-
-    module: str
-    attribute: str
-    distribution: str = "core"
-
-
-@attrs.frozen
-class Unsupported:
-    """A Lightning name with no counterpart here: ``why`` there is none and ``instead``, what to do."""
-
-    why: str
-    instead: str
-
-
-Entry = Target | Unsupported
 
 
 def resolve_name(namespace: str, name: str, table: Mapping[str, Entry]) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from core.lightning._names import Entry, Target, Unsupported
+from core.lightning._entries import Entry, Target, Unsupported, public_names
 
 _PLUGIN_CLASS = (
     "core's strategies are plugins selected by alias; write a class with @core.hookimpl methods "
@@ -61,33 +61,7 @@ ACCELERATORS: Final[dict[str, Entry]] = {
 _NEW_CALLBACK = "a Callback subclass with the hooks you need (core.callbacks.Callback has Lightning's hook names)."
 
 CALLBACKS: Final[dict[str, Entry]] = {
-    **{
-        name: Target("core.callbacks", name)
-        for name in (
-            "BackboneFinetuning",
-            "BaseFinetuning",
-            "BasePredictionWriter",
-            "Callback",
-            "Checkpoint",
-            "DeviceStatsMonitor",
-            "EMAWeightAveraging",
-            "EarlyStopping",
-            "GradientAccumulationScheduler",
-            "LambdaCallback",
-            "LearningRateMonitor",
-            "ModelCheckpoint",
-            "ModelSummary",
-            "OnExceptionCheckpoint",
-            "ProgressBar",
-            "RichModelSummary",
-            "RichProgressBar",
-            "StochasticWeightAveraging",
-            "TQDMProgressBar",
-            "ThroughputMonitor",
-            "Timer",
-            "WeightAveraging",
-        )
-    },
+    **{name: Target("core.callbacks", name) for name in public_names("core.callbacks")},  # every one of core's
     **{
         name: Unsupported(
             "it tunes inside a running fit, and a trial fit cannot start inside one here.",

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from core.lightning import _tables
-from core.lightning._names import Entry, Target, Unsupported
+from core.lightning._entries import Entry, Target, Unsupported
 from core.lightning._tree import MODULES
 
 _H: Final = "core.lightning._helpers"

@@ -120,6 +120,12 @@ class LiteOptimizer(_OptimizerAtRunTime):
         """The optimizer as the strategy set it up."""
         return self._optimizer
 
+    @property
+    def set_up_optimizer(self) -> torch.optim.Optimizer:
+        """:attr:`optimizer`, under the name of :class:`core.toolkit.strategies.OptimizerWrapper`: what a strategy
+        looks for to recognise its optimizer in this wrapper."""
+        return self._optimizer
+
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         kwargs = {} if closure is None else {"closure": closure}
         return self._step_hook(optimizer=self._optimizer, kwargs=kwargs)

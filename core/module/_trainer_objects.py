@@ -1,10 +1,12 @@
-"""The two objects the Trainer hands to a strategy, public (``core.module``) so that a strategy can recognise them.
+"""The two objects the Trainer hands to a strategy.
 
 ``Trainer`` sets its Module up as a :class:`StepModule` (``Lite.setup(StepModule(module), *optimizers)``), and
 saves its optimizers and schedulers as :class:`StatefulList` entries of a checkpoint (``"optimizer_states"``,
 ``"lr_schedulers"``). A strategy that only wraps modules and saves state dicts never needs either; one that
-restructures the model (the pipeline strategy cuts ``step_module.module`` into stages) or saves optimizers its own
-way (gathering them by parameter name) looks for them.
+restructures the model (the pipeline strategy cuts ``step_module.stepped_module`` into stages) or saves optimizers
+its own way (gathering them by parameter name) recognises them by the toolkit's protocols they implement,
+:class:`core.toolkit.strategies.StepRunner` and :class:`core.toolkit.strategies.StatefulGroup`: strategies sit below
+the Trainer and never import this module.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 from core._errors import CheckpointError
 
 if TYPE_CHECKING:
-    from core.module import Module
+    from core.module._module import Module
 
 
 class StepModule(torch.nn.Module):
@@ -39,6 +41,11 @@ class StepModule(torch.nn.Module):
         super().__init__()
         self.module = module
         self.__dict__["step"] = module.training_step
+
+    @property
+    def stepped_module(self) -> torch.nn.Module:
+        """The user's Module (:class:`core.toolkit.strategies.StepRunner`: how a strategy reaches it)."""
+        return self.module
 
     @property
     def step(self) -> Callable[..., Any]:
@@ -65,6 +72,11 @@ class StatefulList:
     def __init__(self, items: Sequence[Any], what: str) -> None:
         self.items = list(items)
         self.what = what
+
+    @property
+    def stateful_items(self) -> list[Any]:
+        """:attr:`items` (:class:`core.toolkit.strategies.StatefulGroup`: how a strategy finds each object)."""
+        return self.items
 
     def state_dict(self) -> list[Any]:
         return [item.state_dict() for item in self.items]

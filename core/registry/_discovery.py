@@ -25,6 +25,7 @@ from core._errors import (
     UnknownPluginError,
 )
 from core._records import ENTRY_POINT_GROUPS, KINDS
+from core._version import __version__
 from core.registry._metadata import EntryPointRecord, canonical_name, entry_points, requirement_on, satisfies
 
 CORE_DISTRIBUTION: Final = "core"
@@ -170,8 +171,6 @@ def disabled_names() -> frozenset[str]:
 
 def core_version() -> str:
     """The running core's version (the one plugins must be compatible with)."""
-    from core import __version__
-
     return __version__
 
 

@@ -120,15 +120,8 @@ def verify_file(source: IO[bytes], where: str, load: Callable[[IO[bytes]], Any] 
             f"The checkpoint {where!r} is corrupt: the end of the file, where its {ALGORITHM} checksum is kept, is "
             f"damaged. Nothing was loaded; restore it from a copy or use an earlier checkpoint."
         )
-    digest = _new_hash()
-    source.seek(0)
-    remaining = size - TRAILER_SIZE - 2  # the hashed bytes end with the comment's length, hashed as 0
-    while remaining > 0:
-        chunk = source.read(min(_CHUNK, remaining))
-        if not chunk:
-            break
-        digest.update(chunk)
-        remaining -= len(chunk)
+    digest = _new_hash()  # the hashed bytes end with the comment's length, hashed as 0
+    _hash_range(digest, source, 0, size - TRAILER_SIZE - 2)
     digest.update(b"\x00\x00")
     source.seek(0)
     if digest.hexdigest().encode("ascii") == expected:
@@ -210,8 +203,8 @@ Item = tuple[str, int, int]
 """A named byte range of a file: (tensor name, offset, length)."""
 
 
-def _digest_range(handle: IO[bytes], offset: int, length: int) -> str:
-    digest = _new_hash()
+def _hash_range(digest: Any, handle: IO[bytes], offset: int, length: int) -> None:
+    """Feed ``length`` bytes of ``handle`` from ``offset`` into ``digest``, a chunk at a time (fewer at the end)."""
     handle.seek(offset)
     while length > 0:
         chunk = handle.read(min(_CHUNK, length))
@@ -219,6 +212,11 @@ def _digest_range(handle: IO[bytes], offset: int, length: int) -> str:
             break
         digest.update(chunk)
         length -= len(chunk)
+
+
+def _digest_range(handle: IO[bytes], offset: int, length: int) -> str:
+    digest = _new_hash()
+    _hash_range(digest, handle, offset, length)
     return str(digest.hexdigest())
 
 

@@ -14,11 +14,12 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Final
 
-from core import ConfigurationError, hookimpl
+from core._errors import ConfigurationError
+from core._markers import hookimpl
 from core.toolkit._storage import _fsync_directory, local_path
 
 if TYPE_CHECKING:
-    from core import ActiveSet
+    from core.registry import ActiveSet
 
 
 def install_directory(partial: Path, target: Path) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import os
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO, Any, Final
 
 import torch
@@ -28,8 +30,9 @@ def atomic_torch_save(
 
     With ``checksum`` (the default) the file carries an xxHash checksum of its bytes in the zip archive's comment,
     which :func:`safe_torch_load` verifies; plain ``torch.load`` reads the file all the same. An object that
-    cannot be saved (``torch.save`` cannot pickle it) raises :class:`core.CheckpointError`, and the previous file
-    at ``path`` is untouched.
+    cannot be saved (``torch.save`` cannot pickle it), or a full filesystem (the errno, the bytes needed and free,
+    the mount: see :func:`reporting_full_disk`), raises :class:`core.CheckpointError`, and the previous file at
+    ``path`` is untouched.
     """
     where = os.fspath(path)
 
@@ -42,7 +45,7 @@ def atomic_torch_save(
         writer.seal()
 
     try:
-        _storage.atomic_write(where, write, storage_options)
+        _storage.atomic_write(where, write, storage_options, needed=lambda: tensor_bytes(checkpoint))
     except (CoreError, OSError):
         raise
     except Exception as error:  # torch.save's pickling failures: AttributeError, TypeError, PicklingError, ...
@@ -51,6 +54,53 @@ def atomic_torch_save(
             f"was written there (a previous checkpoint at that path is untouched); save only tensors, containers and "
             f"plain values, or objects torch.save can pickle (not local functions or classes, lambdas, open files)."
         ) from error
+
+
+def tensor_bytes(value: Any) -> int:
+    """The bytes of the tensors in ``value`` (nested dicts, lists, tuples, and objects with a ``state_dict``), each
+    storage counted once: about what a checkpoint of it takes on disk."""
+    storages: dict[tuple[int, int], int] = {}
+
+    def visit(item: Any, depth: int) -> None:
+        if depth > 64:
+            return
+        if isinstance(item, torch.Tensor):
+            to_local = getattr(item, "to_local", None)  # a DTensor: this rank's shard
+            local: torch.Tensor = to_local() if callable(to_local) else item
+            if local.layout != torch.strided or local.is_meta:
+                return
+            storage = local.untyped_storage()
+            storages[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+        elif isinstance(item, dict):
+            for child in item.values():
+                visit(child, depth + 1)
+        elif isinstance(item, (list, tuple)):
+            for child in item:
+                visit(child, depth + 1)
+        elif callable(getattr(item, "state_dict", None)):
+            visit(item.state_dict(), depth + 1)
+
+    visit(value, 0)
+    return sum(storages.values())
+
+
+@contextmanager
+def reporting_full_disk(path: str | os.PathLike[str], checkpoint: Any = None) -> Iterator[None]:
+    """A save of ``checkpoint`` to ``path`` inside the block that fails on a full filesystem raises
+    :class:`core.CheckpointError` naming the cause: the errno (``ENOSPC``, ``EDQUOT``, ``EFBIG``), the bytes the
+    checkpoint's tensors need, the bytes free and the filesystem and mount of ``path``.
+
+    The cause is found however deep it is: an ``OSError`` in the error's chain (torch's zip writer reports it as
+    ``unexpected pos``), one rank's failure inside DCP's ``CheckpointException``, or a library's message (``os
+    error 28``). Other errors pass unchanged. Wrap the whole save, cleanup included, so that the free space it
+    reports is what a new save would find."""
+    try:
+        yield
+    except BaseException as error:
+        cause = _storage.full_disk_cause(error)
+        if cause is None:
+            raise
+        raise _storage.no_space_error(os.fspath(path), cause, needed=tensor_bytes(checkpoint)) from error
 
 
 def _refused(where: str, error: pickle.UnpicklingError) -> CheckpointError:

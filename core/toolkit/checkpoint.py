@@ -10,6 +10,9 @@ single upload (fsspec URLs), so a reader never sees half a checkpoint; :func:`sa
 :class:`core.CheckpointError` naming the file and the way out. The files :func:`atomic_torch_save` writes carry an
 xxHash checksum of their bytes (in the zip archive's comment, so plain ``torch.load`` still reads them), which the
 loaders verify before unpickling: a flipped bit is an error naming the file and the tensor, never a changed value.
+A save that fills the filesystem is a :class:`core.CheckpointError` naming the errno, the bytes needed and free, and
+the mount (:func:`atomic_torch_save` does it itself; :func:`reporting_full_disk` around any other writer, with
+:func:`tensor_bytes`, what a checkpoint's tensors take).
 
 :func:`seal_directory` does the same for a checkpoint written as a directory (a checksum file listing each file's
 digest, and each tensor's byte range where the writer knows it); :func:`verify_directory` checks it.
@@ -21,7 +24,13 @@ from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, to_checkp
 from core.toolkit._checkpoint_state import restore as restore_state
 from core.toolkit._checksums import seal_directory, verify_directory
 from core.toolkit._directories import DirectoryCheckpointIO, install_directory
-from core.toolkit._torch_files import atomic_torch_save, safe_torch_load, torch_load_from
+from core.toolkit._torch_files import (
+    atomic_torch_save,
+    reporting_full_disk,
+    safe_torch_load,
+    tensor_bytes,
+    torch_load_from,
+)
 
 __all__ = [
     "PRECISION_KEY",
@@ -29,9 +38,11 @@ __all__ = [
     "atomic_torch_save",
     "install_directory",
     "is_stateful",
+    "reporting_full_disk",
     "restore_state",
     "safe_torch_load",
     "seal_directory",
+    "tensor_bytes",
     "to_checkpoint",
     "torch_load_from",
     "verify_directory",

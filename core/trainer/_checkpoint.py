@@ -19,49 +19,21 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import attrs
 import torch
 
 from core._errors import CheckpointError, ConfigurationError
 from core.module import StatefulList
 from core.trainer._samples import SamplePosition
+from core.trainer._state import FitProgress
 
 if TYPE_CHECKING:
     from core.lite import Lite
-    from core.trainer import Trainer
+    from core.trainer._view import LoopView as Trainer  # the protocol: the Trainer's class imports this module
 
 FORMAT: Final = "core.trainer/1"
 """The ``format`` entry of a Trainer checkpoint; a loader refuses what it does not know."""
 
 CHECKPOINT_SUFFIX: Final = ".ckpt"
-
-
-@attrs.define
-class FitProgress:
-    """Where the fit loop is. A checkpoint saved at any of the loop's save points restores it exactly.
-
-    :param epoch: The epoch being run (0-based).
-    :param global_step: Optimizer steps taken since the start of training.
-    :param batches_done: Training batches finished in this epoch.
-    :param total_batches: Training batches finished since the start of training.
-    :param validated: Whether the validation due after ``batches_done`` batches has run.
-    :param epoch_finished: Whether the end of ``epoch`` (its hooks, metrics and schedulers) is done.
-    """
-
-    epoch: int = 0
-    global_step: int = 0
-    batches_done: int = 0
-    total_batches: int = 0
-    validated: bool = True
-    epoch_finished: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-    @classmethod
-    def from_dict(cls, saved: dict[str, Any]) -> FitProgress:
-        names = {field.name for field in attrs.fields(cls)}
-        return cls(**{name: value for name, value in saved.items() if name in names})
 
 
 # -------------------------------------------------------------------------------------------------
@@ -172,22 +144,22 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     precision's state. ``weights_only`` keeps the weights and hyperparameters only.
     """
     module = trainer.attached_module()
+    progress, sample_position = _position(trainer)
     state: dict[str, Any] = {
         "format": FORMAT,
         "state_dict": module,
         "hyper_parameters": plain_hyperparameters(dict(module.hparams)),
-        "epoch": trainer.current_epoch,
+        "epoch": progress.epoch,
         "global_step": trainer.global_step,
     }
     if weights_only:
         return state
-    progress = trainer.run_state.progress
     state.update(
         {
             "optimizer_states": StatefulList(trainer.optimizers, "optimizers"),
             "lr_schedulers": StatefulList([config.scheduler for config in trainer.lr_scheduler_configs], "schedulers"),
             "loops": progress.as_dict(),
-            "sample_position": _sample_position(trainer),
+            "sample_position": sample_position,
             # The epoch's accumulated metrics matter only when the epoch is not finished.
             "results": {} if progress.epoch_finished else trainer.run_state.train_metrics.state_dict(),
             "rng": gather_rng(trainer.lite, capture_rng()),
@@ -202,12 +174,22 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     return state
 
 
-def _sample_position(trainer: Trainer) -> dict[str, Any] | None:
+def sample_position(trainer: Trainer) -> dict[str, Any] | None:
     """The epoch's position in samples of its order (plain values), ``None`` when the order is not known."""
     samples, progress = trainer.run_state.epoch_samples, trainer.run_state.progress
     if samples is None or samples.order.epoch != progress.epoch:
         return None
     return samples.position(progress.batches_done).as_dict()
+
+
+def _position(trainer: Trainer) -> tuple[FitProgress, dict[str, Any] | None]:
+    """Where a checkpoint resumes: the loop's progress and sample position, or, after a fit stopped in the middle
+    of an epoch (the loop has closed that epoch since, as Lightning does), where it stopped: the epoch goes on
+    from there rather than a new one starting with samples of the stopped one never trained."""
+    stopped = trainer.run_state.stopped_at
+    if stopped is not None:
+        return stopped
+    return trainer.run_state.progress, sample_position(trainer)
 
 
 def saved_checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
@@ -266,6 +248,7 @@ def restore_checkpoint_state(trainer: Trainer, path: str, weights_only: bool = F
     if trainer.datamodule is not None and "datamodule" in rest:
         trainer.datamodule.load_state_dict(rest["datamodule"])
     trainer.run_state.progress = FitProgress.from_dict(rest["loops"])
+    trainer.run_state.stopped_at = None
     trainer.run_state.train_metrics.load_state_dict(rest.get("results", {}))
     trainer.run_state.resume_rng = (
         rng_of_rank(rest["rng"], trainer.global_rank),

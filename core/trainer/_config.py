@@ -26,8 +26,11 @@ FlagValue: TypeAlias = "bool | int | float | str | os.PathLike[str] | None"
 
 def _overridden(given: dict[str, Any]) -> dict[str, Any]:
     """The flags that other flags replace, before each is checked (a replaced value is not checked, as in
-    Lightning): the sanity check's default, ``overfit_batches`` and ``fast_dev_run``'s overrides."""
+    Lightning): the defaults of ``max_epochs`` and the sanity check, ``overfit_batches`` and ``fast_dev_run``'s
+    overrides."""
     flags = dict(given)
+    if flags["max_epochs"] is None:
+        flags["max_epochs"] = 1000 if flags["max_steps"] in (None, -1) else -1
     if flags["num_sanity_val_steps"] is None:
         flags["num_sanity_val_steps"] = 0 if flags["barebones"] else 2
     overfit = BY_NAME["overfit_batches"].checked(flags["overfit_batches"])
@@ -46,6 +49,7 @@ def _overridden(given: dict[str, Any]) -> dict[str, Any]:
 class TrainerConfig:
     """Every flag of the Trainer's loops, validated (see :class:`core.Trainer` for what each one does)."""
 
+    # <generated: record> by scripts/gen_trainer_flags.py from FLAGS (core/trainer/_flags.py): `make flags`
     default_root_dir: str
     max_epochs: int
     min_epochs: int
@@ -65,13 +69,15 @@ class TrainerConfig:
     deterministic: bool
     inference_mode: bool
     fast_dev_run: int
-    overfit_batches: int | float = 0.0
-    benchmark: bool | None = None
-    use_distributed_sampler: bool = True
-    detect_anomaly: bool = False
-    sync_batchnorm: bool = False
-    reload_dataloaders_every_n_epochs: int = 0
-    barebones: bool = False
+    overfit_batches: int | float
+    benchmark: bool | None
+    use_distributed_sampler: bool
+    detect_anomaly: bool
+    sync_batchnorm: bool
+    reload_dataloaders_every_n_epochs: int
+    barebones: bool
+    enable_autolog_hparams: bool
+    # </generated: record>
 
     @classmethod
     def from_flags(cls, **given: FlagValue) -> TrainerConfig:
@@ -98,8 +104,6 @@ class TrainerConfig:
                 )
         flags = _overridden(flags)
         checked = {flag.name: flag.checked(flags[flag.name]) for flag in declared}
-        if checked["max_epochs"] is None:
-            checked["max_epochs"] = 1000 if checked["max_steps"] == -1 else -1
         if checked["check_val_every_n_epoch"] is None and not isinstance(checked["val_check_interval"], int):
             raise ConfigurationError(
                 "check_val_every_n_epoch=None counts training batches across epochs, so val_check_interval "

@@ -22,7 +22,7 @@ from core.trainer._signatures import check_dataloader_idx, takes_batch_idx
 from core.trainer._stages import PREDICT, TEST, VALIDATION, EvalLoop
 
 if TYPE_CHECKING:
-    from core.trainer import Trainer
+    from core.trainer._view import LoopView as Trainer  # the protocol: the Trainer's class imports this module
 
 def batches(prepared: PreparedLoader, limit: float) -> Iterator[tuple[int, Any]]:
     """``(index, batch)`` pairs of the loader, at most ``limit`` of them, without fetching one more."""
@@ -73,7 +73,7 @@ def model_mode(module: Any, step_module: torch.nn.Module, loop: EvalLoop) -> Ite
 
 
 def _no_grad(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
-    return torch.inference_mode() if trainer.inference_mode else torch.no_grad()
+    return torch.inference_mode() if trainer.config.inference_mode else torch.no_grad()
 
 
 def new_store(trainer: Trainer) -> MetricStore:
@@ -178,7 +178,7 @@ def validate_in_fit(trainer: Trainer, loaders: Sequence[PreparedLoader], sanity:
     if not sanity:
         run_loop(trainer, VALIDATION, loaders)
         return
-    steps = trainer.num_sanity_val_steps
+    steps = trainer.config.num_sanity_val_steps
     module = trainer.attached_module()
     trainer.sanity_checking = True
     try:

@@ -1,10 +1,11 @@
 """Every flag of ``Trainer(...)``, declared once: name, type, default, check and the line the docs show.
 
-:data:`FLAGS` is the single source. :class:`~core.trainer.TrainerConfig` is built from it (defaults, per-flag
-checks, then the rules that tie flags together), docs/trainer.md's flag table is generated from it
-(``make docs``), and ``tests/test_trainer_flag_declaration.py`` holds ``Trainer.__init__``'s signature, the
-``TrainerConfig`` record and the Trainer's read-only flag properties to it, so that a flag added in one place
-only fails there. ``Trainer.__init__`` keeps its explicit signature because users and mypy read it.
+:data:`FLAGS` is the single source; adding a flag is one :class:`Flag` here plus the code that uses it.
+``scripts/gen_trainer_flags.py`` (``make flags``) writes from it what must be plain code for users, mypy and IDEs
+to read: ``Trainer.__init__``'s parameters, the fields of :class:`~core.trainer.TrainerConfig` (each typed by its
+check's return annotation) and the Trainer's read-only views of the loop flags (:class:`FlagView`), each between
+``# <generated: ...>`` markers, plus the flag table of docs/trainer.md. ``tests/test_trainer_flag_declaration.py``
+fails, naming the command, when what is checked in is not what the script writes.
 
 Each flag belongs to one of three groups, which say where its value goes:
 
@@ -17,13 +18,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, NoReturn, TypeVar, overload
 
 import attrs
 
 from core._checks import is_whole
 from core._errors import ConfigurationError
 from core.trainer._data import check_limit
+
+if TYPE_CHECKING:
+    from typing_extensions import Never, Self  # typing's own from Python 3.11
 
 CLIP_ALGORITHMS: Final = ("norm", "value")
 
@@ -44,6 +48,8 @@ class Flag:
     :param check: For a ``loop`` flag, how its value is checked and normalised; ``None``: kept as given.
     :param shown_default: The default as the docs show it, when ``repr(default)`` would mislead.
     :param barebones_conflict: ``barebones=True`` refuses any value of this flag but ``None``, ``False`` and ``0``.
+    :param own_property: For a ``loop`` flag, the Trainer defines ``trainer.<name>`` by hand (it can change during
+        a run), so no :class:`FlagView` is generated for it.
     """
 
     name: str
@@ -54,6 +60,15 @@ class Flag:
     check: Check | None = None
     shown_default: str | None = None
     barebones_conflict: bool = False
+    own_property: bool = False
+
+    @property
+    def record_type(self) -> str:
+        """The type of the flag's field in ``TrainerConfig``: its check's return annotation, as written there."""
+        returned = getattr(self.check, "__annotations__", {}).get("return")
+        if not isinstance(returned, str):  # every module of the checks uses postponed (string) annotations
+            raise TypeError(f"The check of the loop flag {self.name!r} needs a return annotation (the record's type).")
+        return returned
 
     def checked(self, value: object) -> Any:
         """``value`` checked and normalised by this flag's check (as given without one)."""
@@ -98,9 +113,9 @@ def _root_dir(value: str | os.PathLike[str] | None, flag: str) -> str:
     return os.getcwd() if value is None else os.fspath(value)
 
 
-def _max_epochs(value: object, flag: str) -> int | None:
-    # None stays None here: it becomes 1000 or -1 once max_steps is known (TrainerConfig.from_flags).
-    return -1 if value == -1 else _optional_count(value, flag)
+def _max_epochs(value: object, flag: str) -> int:
+    # None was replaced by 1000 or -1 before the checks, once max_steps is known (core.trainer._config._overridden).
+    return -1 if value == -1 else positive_int(value, flag, minimum=0)
 
 
 def _max_steps(value: object, flag: str) -> int:
@@ -195,7 +210,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
          barebones_conflict=True),
     Flag("accumulate_grad_batches", "int", 1, "batches per optimizer step; the loss is divided by it; gradients are "
          "synchronised on the window's last batch only (`Lite.no_backward_sync`); the last batch of an epoch always "
-         "steps", "loop", positive_int),
+         "steps", "loop", positive_int, own_property=True),
     Flag("gradient_clip_val", "float | None", None, "clip gradients to this norm or value before each step through "
          "`Lite.clip_gradients` (unscaled first by the precision)", "loop", _clip_val),
     Flag("gradient_clip_algorithm", "str | None", None, "`\"norm\"` (also `None`) or `\"value\"`", "loop",
@@ -229,6 +244,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("profiler", "object", None, "`\"simple\"`, `\"advanced\"`, `\"pytorch\"` or a `core.profilers.Profiler`: time "
          "the run's actions and report them at the end of each entry point (see Profiling); `None` wraps nothing",
          "trainer", barebones_conflict=True),
+    Flag("enable_autolog_hparams", "bool", True, "log the hyperparameters of the Module and DataModule "
+         "(`save_hyperparameters`) to every logger when a run starts", "loop", _as_bool),
 )
 """The flags in the order of ``Trainer.__init__``'s parameters."""
 
@@ -243,3 +260,37 @@ def barebones_conflicts(given: dict[str, object], group: Group) -> list[str]:
     """``name=value`` for each flag of ``group`` that ``barebones=True`` refuses and ``given`` asks for."""
     return [f"{flag.name}={given[flag.name]!r}" for flag in flags_of(group)
             if flag.barebones_conflict and flag.name in given and given[flag.name] not in (None, False, 0)]
+
+
+Value = TypeVar("Value")
+
+
+class FlagView(Generic[Value]):
+    """``trainer.<flag>``: a loop flag's checked value, read from ``trainer.config``; read-only, as a property.
+
+    ``scripts/gen_trainer_flags.py`` writes one per loop flag into the Trainer's class body
+    (``max_epochs: FlagView[int] = FlagView()``), typed by the flag's record type, so mypy and IDEs see
+    ``trainer.max_epochs`` as an ``int`` and an assignment to it as an error.
+    """
+
+    name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.__doc__ = BY_NAME[name].doc
+
+    @overload
+    def __get__(self, trainer: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, trainer: object, owner: type) -> Value: ...
+    def __get__(self, trainer: Any, owner: type) -> Self | Value:
+        if trainer is None:
+            return self
+        value: Value = getattr(trainer.config, self.name)
+        return value
+
+    def __set__(self, trainer: object, value: Never) -> NoReturn:
+        raise AttributeError(
+            f"trainer.{self.name} is read-only: pass it when constructing the Trainer (Trainer({self.name}=...)); "
+            f"trainer.config holds every flag."
+        )

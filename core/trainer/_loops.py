@@ -28,10 +28,11 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import attrs
 import torch
 
 from core._errors import ConfigurationError
-from core.trainer._checkpoint import restore_rng, snapshot_rng
+from core.trainer._checkpoint import restore_rng, sample_position, snapshot_rng
 from core.trainer._data import PreparedLoader, batch_transfer, epoch_setters, overrides
 from core.trainer._eval import validate_in_fit
 from core.trainer._logging import EPOCH, TRAIN_BATCH
@@ -41,7 +42,7 @@ from core.trainer._signatures import takes_batch_idx
 
 if TYPE_CHECKING:
     from core.profilers import Profiler
-    from core.trainer import Trainer
+    from core.trainer._view import LoopView as Trainer  # the protocol: the Trainer's class imports this module
 
 Reload: TypeAlias = Callable[[], dict[str, Any]]
 """Sets the fit's loaders up again (``reload_dataloaders_every_n_epochs``): ``{"train": ..., "val": [...]}``."""
@@ -90,7 +91,7 @@ class FitLoop:
         self.step_schedulers = [config for config in self.schedulers if config.interval == "step"]
         self.accumulate = trainer.accumulate_grad_batches
         self.log_every = trainer.log_every_n_steps
-        self.clip_value = trainer.gradient_clip_val
+        self.clip_value = trainer.config.gradient_clip_val
         self.automatic = module.automatic_optimization
         self.has_val = bool(self.val) and any(loader.batches > 0 for loader in self.val)
         self.val_every = self._val_every()
@@ -118,7 +119,7 @@ class FitLoop:
 
     def _val_every(self) -> float:
         """Validate when the batch count (in the epoch, or overall) is a multiple of this."""
-        interval = self.trainer.val_check_interval
+        interval = self.trainer.config.val_check_interval
         if isinstance(interval, int):
             return float(interval)
         if math.isinf(self.train.batches):
@@ -136,6 +137,7 @@ class FitLoop:
 
     def run(self) -> None:
         progress = self.trainer.run_state.progress
+        self.trainer.run_state.stopped_at = None  # the loop moves on from any earlier stop
         handles = self._count_manual_steps() if not self.automatic else []
         try:
             if progress.epoch_finished:  # resumed from a checkpoint taken at the end of an epoch
@@ -173,9 +175,16 @@ class FitLoop:
             return True
         return trainer.should_stop and self._minimums_met()
 
+    def _fit_stops(self) -> bool:
+        """Whether the fit ends now for a reason other than its epochs (``max_steps``, or ``should_stop``)."""
+        trainer, progress = self.trainer, self.trainer.run_state.progress
+        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
+            return True
+        return trainer.should_stop and self._minimums_met()
+
     def _minimums_met(self) -> bool:
         trainer, progress = self.trainer, self.trainer.run_state.progress
-        return progress.epoch >= trainer.min_epochs and progress.global_step >= trainer.min_steps
+        return progress.epoch >= trainer.config.min_epochs and progress.global_step >= trainer.config.min_steps
 
     def _advance(self) -> None:
         progress = self.trainer.run_state.progress
@@ -216,7 +225,12 @@ class FitLoop:
             exhausted, stopped = self._batches(resuming, skip=remainder is None)
         if exhausted and not stopped and math.isinf(self.val_every) and self._val_epoch():
             self._validate()
-        self._epoch_end()
+        mid_epoch = stopped and not exhausted and progress.batches_done < self.train.batches and self._fit_stops()
+        if mid_epoch:
+            # The fit stops in the middle of the epoch. Its end runs as Lightning runs it, but a checkpoint saved from
+            # here on (in on_train_epoch_end, or trainer.save_checkpoint after fit) resumes the epoch where it stopped.
+            trainer.run_state.stopped_at = (attrs.evolve(progress), sample_position(trainer))
+        self._epoch_end(schedulers=not mid_epoch)
 
     def _resized_remainder(self, resuming: bool) -> RemainderSampler | None:
         """For a resumed epoch: the sampler of its remaining samples on another world size, or ``None`` to skip."""
@@ -262,7 +276,9 @@ class FitLoop:
                 return True
         return False
 
-    def _epoch_end(self) -> None:
+    def _epoch_end(self, schedulers: bool = True) -> None:
+        """The end of the epoch; ``schedulers=False`` at a stop in its middle: epoch-interval schedulers step when
+        all its batches are done (Lightning's ``_num_ready_batches_reached``), so a continued epoch steps them once."""
         trainer, progress, module, store = self.trainer, self.trainer.run_state.progress, self.module, self.store
         hooks = trainer.run_state.hooks
         store.enter(EPOCH)
@@ -270,8 +286,9 @@ class FitLoop:
         module.on_train_epoch_end()
         hooks.call_epoch_end(trainer, module, after_metrics=False)
         trainer.record_epoch_values(store.compute_epoch(), store, log=True)
-        step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics,
-                        module.lr_scheduler_step)
+        if schedulers:
+            step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics,
+                            module.lr_scheduler_step)
         progress.epoch_finished = True
         hooks.call_epoch_end(trainer, module, after_metrics=True)
         store.reset_metrics()
@@ -307,19 +324,17 @@ class FitLoop:
             self._log_step()
         if due:
             self._validate()
-        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
-            return True
-        return trainer.should_stop and self._minimums_met()
+        return self._fit_stops()
 
     def _val_epoch(self) -> bool:
-        every_n = self.trainer.check_val_every_n_epoch
+        every_n = self.trainer.config.check_val_every_n_epoch
         return every_n is None or (self.trainer.run_state.progress.epoch + 1) % every_n == 0
 
     def _val_due(self) -> bool:
         progress = self.trainer.run_state.progress
         if not self._val_epoch():
             return False
-        count = progress.total_batches if self.trainer.check_val_every_n_epoch is None else progress.batches_done
+        count = progress.total_batches if self.trainer.config.check_val_every_n_epoch is None else progress.batches_done
         return count % self.val_every == 0
 
     def _validate(self) -> None:
@@ -391,7 +406,7 @@ class FitLoop:
         for hook in self.cb_before_step:
             hook(trainer, module, optimizer)
         module.configure_gradient_clipping(optimizer, gradient_clip_val=self.clip_value,
-                                           gradient_clip_algorithm=trainer.gradient_clip_algorithm)
+                                           gradient_clip_algorithm=trainer.config.gradient_clip_algorithm)
 
     def _optimizer_step(self, batch_idx: int) -> None:
         for optimizer in self.optimizers:
@@ -452,7 +467,7 @@ def run_fit(
     hooks.call("on_fit_start", trainer, module)
     module.on_fit_start()
     loop = FitLoop(trainer, train, val, reload)
-    if loop.has_val and trainer.num_sanity_val_steps != 0:
+    if loop.has_val and trainer.config.num_sanity_val_steps != 0:
         validate_in_fit(trainer, val, sanity=True)
     hooks.call("on_train_start", trainer, module)
     module.on_train_start()

@@ -23,16 +23,17 @@ from core.callbacks._callback import Callback, CallbackHooks
 from core.lite import LiteOptimizer
 from core.module import StepModule
 from core.module._optimizers import parse_optimizers
-from core.trainer._checkpoint import FitProgress, find_last, restore_checkpoint_state, saved_checkpoint_state
+from core.trainer._checkpoint import find_last, restore_checkpoint_state, saved_checkpoint_state
 from core.trainer._config import check_sync_batchnorm
 from core.trainer._data import find_loaders, overrides, prepare_eval_loader, prepare_train_loader
 from core.trainer._logging import MetricStore
 from core.trainer._stages import EVAL_LOOP_OF_STAGE
+from core.trainer._state import FitProgress
 
 if TYPE_CHECKING:
     from core.lite import Lite
     from core.module import DataModule, Module
-    from core.trainer import Trainer
+    from core.trainer._view import LoopView as Trainer  # the protocol: the Trainer's class imports this module
 
 
 @attrs.frozen
@@ -86,7 +87,7 @@ def _prepare_data(lite: Lite, datamodule: DataModule | None, module: Module) -> 
 def _check_optimization_flags(trainer: Trainer, module: Module) -> None:
     if module.automatic_optimization:
         return
-    if trainer.accumulate_grad_batches != 1 or trainer.gradient_clip_val:
+    if trainer.accumulate_grad_batches != 1 or trainer.config.gradient_clip_val:
         raise ConfigurationError(
             "With automatic_optimization=False you step the optimizers yourself, so the Trainer cannot accumulate "
             "or clip for you: drop accumulate_grad_batches / gradient_clip_val and call "
@@ -220,7 +221,7 @@ def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> 
 
 
 def _log_hyperparameters(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
-    if not trainer.is_global_zero or not trainer.loggers:
+    if not trainer.config.enable_autolog_hparams or not trainer.is_global_zero or not trainer.loggers:
         return
     params: dict[str, Any] = {}
     for owner in (datamodule, module):
@@ -242,7 +243,7 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
                 f"fit() needs exactly one training DataLoader (from train_dataloaders=, the DataModule's or the "
                 f"Module's train_dataloader()); got {len(found)}."
             )
-        prepared["train"] = prepare_train_loader(lite, found[0], trainer.limit_train_batches,
+        prepared["train"] = prepare_train_loader(lite, found[0], trainer.config.limit_train_batches,
                                                  overfit=bool(trainer.config.overfit_batches),
                                                  use_distributed_sampler=trainer.config.use_distributed_sampler)
         trainer.num_training_batches = prepared["train"].batches
@@ -317,10 +318,10 @@ def run_stage(
         trainer.run_state.hooks.profile(profiler.wrap)
     status = "failed"
     try:
-        if trainer.deterministic:
+        if trainer.config.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
-        _apply_benchmark(trainer.config.benchmark, trainer.deterministic)
+        _apply_benchmark(trainer.config.benchmark, trainer.config.deterministic)
         _prepare_data(lite, datamodule, module)
         if datamodule is not None:
             datamodule.setup(stage)

@@ -14,12 +14,39 @@ import attrs
 import torch
 
 from core.callbacks._callback import CallbackHooks
-from core.trainer._checkpoint import FitProgress
 from core.trainer._logging import MetricStore
 from core.trainer._samples import EpochSamples, SamplePosition
 
 if TYPE_CHECKING:
     from core.lite import Lite
+
+
+@attrs.define
+class FitProgress:
+    """Where the fit loop is. A checkpoint saved at any of the loop's save points restores it exactly.
+
+    :param epoch: The epoch being run (0-based).
+    :param global_step: Optimizer steps taken since the start of training.
+    :param batches_done: Training batches finished in this epoch.
+    :param total_batches: Training batches finished since the start of training.
+    :param validated: Whether the validation due after ``batches_done`` batches has run.
+    :param epoch_finished: Whether the end of ``epoch`` (its hooks, metrics and schedulers) is done.
+    """
+
+    epoch: int = 0
+    global_step: int = 0
+    batches_done: int = 0
+    total_batches: int = 0
+    validated: bool = True
+    epoch_finished: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> FitProgress:
+        names = {field.name for field in attrs.fields(cls)}
+        return cls(**{name: value for name, value in saved.items() if name in names})
 
 
 def _cpu_store() -> MetricStore:
@@ -44,6 +71,9 @@ class RunState:
         (``None``: a loader whose order no other world size can draw).
     :param resume_samples: A resumed fit's saved position in samples (``None`` in an older checkpoint) and the
         world size that saved it, used once by the epoch it resumes.
+    :param stopped_at: Where a fit that stopped in the middle of an epoch (``max_steps``, ``max_time``, a callback's
+        ``should_stop``) stopped: its progress then and its position in samples (plain values, or ``None``). A
+        checkpoint saved after the stop records it, so the epoch resumes there (docs/trainer.md, "Checkpoints").
     :param step_module: The set-up module whose forward runs the step methods (``None`` outside a run).
     :param predictions: The predict loop's outputs so far, per loader.
     :param predict_batch_indices: The dataset indices of the batch being predicted (``None``: unknown).
@@ -70,6 +100,7 @@ class RunState:
     resume_rng: tuple[Any, Any] | None = None
     epoch_samples: EpochSamples | None = None
     resume_samples: tuple[SamplePosition | None, int] | None = None
+    stopped_at: tuple[FitProgress, dict[str, Any] | None] | None = None
     step_module: Any = None
     accumulate_grad_batches: int | None = None
     predictions: list[list[Any]] = attrs.field(factory=list)

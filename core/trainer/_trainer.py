@@ -34,7 +34,7 @@ from core.module._optimizers import SchedulerConfig
 from core.profilers import PassThroughProfiler, Profiler, profiler_from
 from core.trainer._checkpoint import check_ckpt_path, saved_checkpoint_state
 from core.trainer._config import TrainerConfig, check_sync_batchnorm
-from core.trainer._flags import CLIP_ALGORITHMS, FLAGS, barebones_conflicts, flags_of
+from core.trainer._flags import CLIP_ALGORITHMS, FLAGS, FlagView, barebones_conflicts, flags_of
 from core.trainer._logging import MetricStore
 from core.trainer._stages import EVAL_LOOP_OF_STAGE
 from core.trainer._state import RunState
@@ -73,12 +73,14 @@ def _as_loggers(logger: object, default: Callable[[], list[Logger]]) -> list[Log
 class Trainer:
     """Train, validate, test and predict with a :class:`core.Module`, on any installed hardware plugins.
 
-    Each flag is declared once, in ``core.trainer._flags.FLAGS`` (its type, default, check and meaning); the
+    Each flag is declared once, in ``core.trainer._flags.FLAGS`` (its type, default, check and meaning); this
+    signature, the read-only views of the loop flags (``trainer.max_epochs``, ...), ``TrainerConfig``'s fields, the
     table of docs/trainer.md ("Trainer flags") and the ``:param`` lines below are generated from it.
     """
 
     def __init__(
         self,
+        # <generated: signature> by scripts/gen_trainer_flags.py from FLAGS (core/trainer/_flags.py): `make flags`
         accelerator: object = "auto",
         strategy: object = "auto",
         devices: object = "auto",
@@ -118,6 +120,8 @@ class Trainer:
         reload_dataloaders_every_n_epochs: int = 0,
         barebones: bool = False,
         profiler: object = None,
+        enable_autolog_hparams: bool = True,
+        # </generated: signature>
     ) -> None:
         given = dict(locals())  # every flag by name; its declaration in FLAGS says where it goes
         self._lite_settings: dict[str, Any] = {flag.name: given[flag.name] for flag in flags_of("lite")}
@@ -174,9 +178,34 @@ class Trainer:
         precision, plugins), as passed; a copy (the Tuner builds its trial Trainers from it)."""
         return dict(self._lite_settings)
 
-    @property
-    def default_root_dir(self) -> str:
-        return self.config.default_root_dir
+    # <generated: views> by scripts/gen_trainer_flags.py from FLAGS (core/trainer/_flags.py): `make flags`
+    default_root_dir: FlagView[str] = FlagView()
+    max_epochs: FlagView[int] = FlagView()
+    min_epochs: FlagView[int] = FlagView()
+    max_steps: FlagView[int] = FlagView()
+    min_steps: FlagView[int] = FlagView()
+    val_check_interval: FlagView[int | float] = FlagView()
+    check_val_every_n_epoch: FlagView[int | None] = FlagView()
+    limit_train_batches: FlagView[int | float] = FlagView()
+    limit_val_batches: FlagView[int | float] = FlagView()
+    limit_test_batches: FlagView[int | float] = FlagView()
+    limit_predict_batches: FlagView[int | float] = FlagView()
+    num_sanity_val_steps: FlagView[int] = FlagView()
+    gradient_clip_val: FlagView[float | None] = FlagView()
+    gradient_clip_algorithm: FlagView[str] = FlagView()
+    log_every_n_steps: FlagView[int] = FlagView()
+    deterministic: FlagView[bool] = FlagView()
+    inference_mode: FlagView[bool] = FlagView()
+    fast_dev_run: FlagView[int] = FlagView()
+    overfit_batches: FlagView[int | float] = FlagView()
+    benchmark: FlagView[bool | None] = FlagView()
+    use_distributed_sampler: FlagView[bool] = FlagView()
+    detect_anomaly: FlagView[bool] = FlagView()
+    sync_batchnorm: FlagView[bool] = FlagView()
+    reload_dataloaders_every_n_epochs: FlagView[int] = FlagView()
+    barebones: FlagView[bool] = FlagView()
+    enable_autolog_hparams: FlagView[bool] = FlagView()
+    # </generated: views>
 
     # ---------------------------------------------------------------------------------------------
     # Output layout: the two places a subclass may change (core.lightning's Trainer uses Lightning's)
@@ -193,50 +222,6 @@ class Trainer:
         return os.path.join(self.default_root_dir, "checkpoints")
 
     @property
-    def max_epochs(self) -> int:
-        return self.config.max_epochs
-
-    @property
-    def min_epochs(self) -> int:
-        return self.config.min_epochs
-
-    @property
-    def max_steps(self) -> int:
-        return self.config.max_steps
-
-    @property
-    def min_steps(self) -> int:
-        return self.config.min_steps
-
-    @property
-    def val_check_interval(self) -> int | float:
-        return self.config.val_check_interval
-
-    @property
-    def check_val_every_n_epoch(self) -> int | None:
-        return self.config.check_val_every_n_epoch
-
-    @property
-    def limit_train_batches(self) -> int | float:
-        return self.config.limit_train_batches
-
-    @property
-    def limit_val_batches(self) -> int | float:
-        return self.config.limit_val_batches
-
-    @property
-    def limit_test_batches(self) -> int | float:
-        return self.config.limit_test_batches
-
-    @property
-    def limit_predict_batches(self) -> int | float:
-        return self.config.limit_predict_batches
-
-    @property
-    def num_sanity_val_steps(self) -> int:
-        return self.config.num_sanity_val_steps
-
-    @property
     def accumulate_grad_batches(self) -> int:
         """The flag, or what a ``GradientAccumulationScheduler`` set for the current epoch."""
         scheduled = self.run_state.accumulate_grad_batches
@@ -248,58 +233,6 @@ class Trainer:
         if not is_whole(value, 1):
             raise ConfigurationError(f"trainer.accumulate_grad_batches = {value!r}: expected a whole number >= 1.")
         self.run_state.accumulate_grad_batches = value
-
-    @property
-    def gradient_clip_val(self) -> float | None:
-        return self.config.gradient_clip_val
-
-    @property
-    def gradient_clip_algorithm(self) -> str:
-        return self.config.gradient_clip_algorithm
-
-    @property
-    def log_every_n_steps(self) -> int:
-        return self.config.log_every_n_steps
-
-    @property
-    def deterministic(self) -> bool:
-        return self.config.deterministic
-
-    @property
-    def inference_mode(self) -> bool:
-        return self.config.inference_mode
-
-    @property
-    def fast_dev_run(self) -> int:
-        return self.config.fast_dev_run
-
-    @property
-    def overfit_batches(self) -> int | float:
-        return self.config.overfit_batches
-
-    @property
-    def benchmark(self) -> bool | None:
-        return self.config.benchmark
-
-    @property
-    def use_distributed_sampler(self) -> bool:
-        return self.config.use_distributed_sampler
-
-    @property
-    def detect_anomaly(self) -> bool:
-        return self.config.detect_anomaly
-
-    @property
-    def sync_batchnorm(self) -> bool:
-        return self.config.sync_batchnorm
-
-    @property
-    def barebones(self) -> bool:
-        return self.config.barebones
-
-    @property
-    def reload_dataloaders_every_n_epochs(self) -> int:
-        return self.config.reload_dataloaders_every_n_epochs
 
     def _arrange_callbacks(
         self, given: Callback | Sequence[Callback] | None, checkpointing: bool, progress_bar: bool

@@ -1,19 +1,23 @@
 """``DiLoCoExtension``: DiLoCo around the strategy of each group, with ``wrapper=True`` hooks only.
 
-The processes form a device mesh ``replicate x inner``: the ``inner`` dimension is a group that trains with the
-run's strategy over its own ranks, the ``replicate`` dimension joins each rank with its counterparts in the other
-groups, and only the outer synchronisation crosses it. Inside a group:
+The processes form a device mesh whose outermost dimension is ``replicate``: the rest is a group that trains with
+the run's strategy over its own ranks, the ``replicate`` dimension joins each rank with its counterparts in the other
+groups, and only the outer synchronisation crosses it. The mesh is the core's
+:class:`core.toolkit.strategies.ParallelDims`. Inside a group:
 
 - ``ddp`` (and its spawn/fork variants): the strategy's ``DistributedDataParallel`` moved onto the group's process
-  group (DDP has no notion of copies side by side);
+  group (DDP has no notion of copies side by side); the extension lays out ``replicate x data_parallel`` itself,
+  since ddp has no mesh;
 - ``fsdp``, ``model_parallel`` (any strategy whose ``supports_outer_replicas`` is true): the strategy itself runs
   as copies side by side (``ParallelStrategy.replicate_outside``), sharding and parallelizing over its group's
-  ranks only.
+  ranks only; the extension reads the strategy's mesh (``ParallelStrategy.parallel_dims``) rather than building
+  the same layout again.
 
 Hooks and what each adds:
 
-- ``strategy_setup_environment``: ask a sharded strategy for copies side by side before it builds its mesh; build
-  the extension's own mesh once the world's process group exists.
+- ``strategy_setup_environment``: ask a sharded strategy for copies side by side before it builds its mesh; then
+  take the strategy's mesh, or build ``replicate x data_parallel`` under ddp, once the world's process group
+  exists.
 - ``strategy_configure_ddp`` (ddp): let the strategy wrap the module (its DDP broadcasts rank 0's parameters to
   every rank, so all groups start equal), then wrap the same module again over the ``inner`` group only. (fsdp and
   model_parallel broadcast rank 0's parameters to every rank before sharding.)
@@ -38,7 +42,15 @@ from torch.nn.parallel import DistributedDataParallel
 
 from core import ActiveSet, CheckpointError, ConfigurationError, hookimpl
 from core.toolkit import check_whole
-from core.toolkit.strategies import ParallelStrategy, ShardedStrategy, failing, forget_mesh_groups, gather_full_state
+from core.toolkit.strategies import (
+    DATA_PARALLEL,
+    REPLICATE,
+    ParallelDims,
+    ParallelStrategy,
+    ShardedStrategy,
+    failing,
+    gather_full_state,
+)
 from core.toolkit.tensors import named_tensors
 
 from ._options import DiLoCoOptions, OuterOptimizerFactory
@@ -88,7 +100,9 @@ class DiLoCoExtension:
         self.traffic = Traffic()
         """Bytes and collectives this rank sent to the other groups (the outer synchronisations only)."""
         self.syncs: list[OuterSync] = []
-        self.mesh: Any = None
+        self.dims: ParallelDims | None = None
+        """The run's layout, ``replicate`` outermost: the strategy's own (fsdp, model_parallel), or the extension's
+        ``replicate x data_parallel`` under ddp; built once the process group exists, dropped at teardown."""
         self.active: ActiveSet | None = None
         self.copies: ParallelStrategy | None = None
         """The strategy running as copies side by side (fsdp, model_parallel); ``None`` under ddp."""
@@ -99,33 +113,45 @@ class DiLoCoExtension:
     def __getstate__(self) -> dict[str, Any]:
         # Spawned ranks get the options; the run's mesh and outer state are made in each rank.
         return {"replicas": self.replicas, "options": self.options, "traffic": Traffic(), "syncs": [],
-                "mesh": None, "active": None, "copies": None}
+                "dims": None, "active": None, "copies": None}
 
     # -- the mesh -----------------------------------------------------------------------------------------
 
     @property
+    def mesh(self) -> Any:
+        """The run's ``DeviceMesh`` (``replicate`` outermost), or ``None`` outside a run."""
+        return self.dims.world_mesh if self.dims is not None else None
+
+    @property
     def replica_group(self) -> Any:
         """This rank's process group across the groups (the mesh's ``replicate`` dimension)."""
-        return self._mesh().get_group("replicate")
+        return self._dims().group(REPLICATE)
 
     @property
     def inner_group(self) -> Any:
-        """This rank's own group (the mesh's ``inner`` dimension)."""
-        return self._mesh().get_group("inner")
+        """This rank's own group: every dimension of the mesh but ``replicate``, flattened."""
+        dims = self._dims()
+        return dims.group(*(name for name in dims.names if name != REPLICATE))
 
     @property
     def replica_index(self) -> int:
         """Which group this rank belongs to (0 to ``replicas - 1``)."""
-        index: int = self._mesh().get_local_rank("replicate")
-        return index
+        return self._coordinates()[REPLICATE]
 
-    def _mesh(self) -> Any:
-        if self.mesh is None:
+    def _dims(self) -> ParallelDims:
+        if self.dims is None:
             raise ConfigurationError(
                 "The diloco extension has no device mesh yet: it is built when the strategy sets up the process "
                 "group (inside Lite.launch / the Trainer's run)."
             )
-        return self.mesh
+        return self.dims
+
+    def _coordinates(self) -> dict[str, int]:
+        return self._dims().coordinates(dist.get_rank())
+
+    def _first_of_group(self) -> bool:
+        """Whether this rank is the first of its group (0 along every dimension but ``replicate``)."""
+        return not any(index for name, index in self._coordinates().items() if name != REPLICATE)
 
     def _layout(self, world_size: int) -> tuple[int, int]:
         replicas = self.replicas
@@ -170,13 +196,16 @@ class DiLoCoExtension:
             # Before the strategy builds its mesh: it shards and reduces within a group only.
             self.copies.replicate_outside(self._layout(self.active.cluster.world_size)[0])
         result = yield
-        if dist.is_available() and dist.is_initialized():
-            from torch.distributed.device_mesh import init_device_mesh
-
+        if self.copies is not None:
+            self.dims = self.copies.parallel_dims  # the strategy built it, replicate outermost
+        elif dist.is_available() and dist.is_initialized():
             replicas, inner = self._layout(dist.get_world_size())
             device = self.active.device if self.active is not None else None
             device_type = device.type if isinstance(device, torch.device) else "cpu"
-            self.mesh = init_device_mesh(device_type, (replicas, inner), mesh_dim_names=("replicate", "inner"))
+            dims = ParallelDims(replicas * inner, replicate_size=replicas, data_parallel_size=inner,
+                                always=[REPLICATE, DATA_PARALLEL], owner="DiLoCoExtension")
+            dims.build(device_type)
+            self.dims = dims
         return result
 
     @hookimpl(wrapper=True)
@@ -226,7 +255,7 @@ class DiLoCoExtension:
 
     @hookimpl(wrapper=True)
     def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> Generator[None, None, None]:
-        if self.mesh is None or self.mesh.size(0) == 1:
+        if self.dims is None or self.dims.replicate_size == 1:
             return (yield)
         mine = {key: value for key, value in state.items() if key != CHECKPOINT_KEY}
         if isinstance(self.copies, ShardedStrategy) and self.copies.sharded_checkpoint and _holds_dtensors(mine):
@@ -247,13 +276,13 @@ class DiLoCoExtension:
             # One rank writes whole tensors: each group gathers its own (every rank takes part), then its first rank
             # sends it on. The strategy gathers the writing group's state once more as it saves.
             mine = gather_full_state(mine)
-        if self.mesh.get_local_rank("inner") == 0:
+        if self._first_of_group():
             # Between synchronisations each group has its own parameters and inner optimizer state. Global rank 0
             # writes (the ddp family's rule): its group is the checkpoint itself, and the first rank of every other
             # group sends it its state to ride along under CHECKPOINT_KEY. The other ranks of a group hold the
             # same state as its first and take no part.
             writer = self.replica_index == 0
-            everyone: list[Any] | None = [None] * self.mesh.size(0) if writer else None
+            everyone: list[Any] | None = [None] * self.dims.replicate_size if writer else None
             dist.gather_object(mine, everyone, dst=dist.get_global_rank(self.replica_group, 0),
                                group=self.replica_group)
             if everyone is not None:
@@ -270,7 +299,7 @@ class DiLoCoExtension:
             return loaded
         loaded = dict(loaded)
         entry = loaded.pop(CHECKPOINT_KEY)
-        if self.mesh is None:
+        if self.dims is None:
             return loaded
         index = self.replica_index
         if index != entry["group"]:
@@ -278,7 +307,7 @@ class DiLoCoExtension:
             if str(index) not in groups:
                 raise CheckpointError(
                     f"{path} holds the states of {len(groups) + 1} DiLoCo groups, but this run has "
-                    f"{self.mesh.size(0)} and this rank is in group {index}; resume with "
+                    f"{self.dims.replicate_size} and this rank is in group {index}; resume with "
                     f"DiLoCoExtension(replicas={len(groups) + 1})."
                 )
             loaded.update(groups[str(index)])
@@ -293,9 +322,10 @@ class DiLoCoExtension:
             sync.detach()
         self.syncs = []  # their copies of the parameters are the size of the model
         result = yield
-        if self.mesh is not None:
-            forget_mesh_groups(self.mesh)
-            self.mesh = None
+        if self.dims is not None:
+            if self.copies is None:
+                self.dims.forget()  # the extension's own; the strategy forgets its own mesh
+            self.dims = None
         return result
 
 

@@ -60,6 +60,22 @@ def test_the_strategy_shards_within_its_group_only(reports: dict[int, dict[str, 
 
 
 @pytest.mark.timeout(300)
+def test_the_extension_and_the_strategy_share_one_mesh_with_replicate_outermost(
+    reports: dict[int, dict[str, Any]],
+) -> None:
+    for report in reports.values():
+        layout = report["layout"]
+        assert layout["extension_reads_the_strategys_mesh"] is True
+        if layout["mesh_names"] == ["replicate", "data_parallel"]:  # fsdp: each group shards over its 2 ranks
+            assert layout["mesh_shape"] == [2, 2] and layout["mesh_ranks"] == [[0, 1], [2, 3]]
+            assert layout["device_mesh_names"] is None  # lite.device_mesh stays model_parallel's and pipeline's
+        else:  # model_parallel: each group is one replica (data_parallel=1) in two tensor-parallel halves
+            assert layout["mesh_names"] == ["replicate", "data_parallel", "tensor_parallel"]
+            assert layout["mesh_shape"] == [2, 1, 2] and layout["mesh_ranks"] == [[[0, 1]], [[2, 3]]]
+            assert layout["device_mesh_names"] == ["data_parallel", "tensor_parallel"]  # the group's, as before
+
+
+@pytest.mark.timeout(300)
 def test_the_samplers_give_every_group_its_own_data(reports: dict[int, dict[str, Any]]) -> None:
     splits = {rank: report["layout"]["sampler"] for rank, report in reports.items()}
     if all(split["num_replicas"] == WORLD for split in splits.values()):  # fsdp: every rank its own part

@@ -2,7 +2,7 @@
 
 One run of scripts/diloco_job.py per layout (``strategy="ddp"``, the extension with ``replicas=2``) serves every
 test here; each phase of the script is described in its docstring. What is covered: ddp inside a group (the
-mesh's ``inner`` dimension); fsdp and model_parallel inside a group are refused by the extension and not tested.
+mesh's ``data_parallel`` dimension); fsdp and model_parallel inside a group are tested by test_diloco_sharded.py.
 """
 
 from __future__ import annotations

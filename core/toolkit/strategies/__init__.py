@@ -39,11 +39,26 @@ in :data:`JOB_VARIABLE`; a rank that reached another job's store raises :class:`
 (fsdp, model_parallel): empty-init on the meta device and materialising this rank's part, rank 0's initial values,
 optimizers pointed at the replaced parameters, sharded or gathered checkpoints, resharding at the end of the run.
 
+**The device mesh.** :class:`ParallelDims` is a run's degrees of parallelism (:data:`REPLICATE`,
+:data:`DATA_PARALLEL`, :data:`CONTEXT_PARALLEL`, :data:`PIPELINE_PARALLEL`, :data:`TENSOR_PARALLEL`: the
+:data:`MESH_DIMENSIONS`, outermost first), checked together against the world size (the error prints every factor),
+and the run's one ``DeviceMesh`` with its named sub-meshes and flattened dimensions. A strategy says its degrees in
+:meth:`ParallelStrategy.make_parallel_dims` (:func:`fit_degrees` fits two options that may be ``"auto"``;
+:func:`check_degree` checks one); the base builds the mesh when the process group is set up, splits the samplers'
+data along it, and drops it at the end of the run. Other strategies and extensions read it as
+:attr:`ParallelStrategy.parallel_dims` (:attr:`ParallelStrategy.world_mesh`) rather than building the same layout.
+
 **Copies side by side.** An extension that synchronises groups of ranks itself (core-diloco) asks a strategy whose
 :attr:`ParallelStrategy.supports_outer_replicas` is true (fsdp, model_parallel) to
 :meth:`ParallelStrategy.replicate_outside`: its mesh gets the outermost dimension :data:`REPLICATE`, it shards and
 reduces within its copy's ranks only (:func:`without_replicate` is the copy's sub-mesh), and the samplers give every
 copy its own data.
+
+**The objects above.** Strategies sit below ``Lite`` and the Trainer and import neither. One that must recognise
+what those layers made of the objects it set up checks the protocols they implement: :class:`OptimizerWrapper`
+(Lite's optimizer wrapper, holding the optimizer the strategy set up), :class:`StepRunner` (the Trainer's module
+that runs the Module's step methods) and :class:`StatefulGroup` (several optimizers or schedulers saved under one
+key).
 
 **Sharded state.** The pieces it is made of, for a strategy that needs them on their own:
 :class:`ReplacedParameters` remembers which parameter replaced which at set-up, so that an optimizer made before
@@ -74,16 +89,27 @@ from core.toolkit.strategies._launchers import (
     ScriptLauncher,
     failing,
 )
-from core.toolkit.strategies._parallel import (
+from core.toolkit.strategies._mesh import (
+    AUTO,
+    CONTEXT_PARALLEL,
     DATA_PARALLEL,
+    MESH_DIMENSIONS,
+    PIPELINE_PARALLEL,
     REPLICATE,
+    TENSOR_PARALLEL,
+    ParallelDims,
+    check_degree,
+    fit_degrees,
+    forget_mesh_groups,
+)
+from core.toolkit.strategies._parallel import (
     START_METHODS,
     ParallelOptions,
     ParallelStrategy,
-    forget_mesh_groups,
     without_replicate,
 )
 from core.toolkit.strategies._rendezvous import JOB_VARIABLE, RendezvousError
+from core.toolkit.strategies._runtime import OptimizerWrapper, StatefulGroup, StepRunner
 from core.toolkit.strategies._sharded import ShardedStrategy
 from core.toolkit.strategies._sharding import (
     SHARDED_MODULES,
@@ -99,12 +125,17 @@ from core.toolkit.strategies._single import REDUCE_OPS, SingleDeviceStrategy, ch
 from core.toolkit.strategies._steps import optimizer_step
 
 __all__ = [
+    "AUTO",
+    "CONTEXT_PARALLEL",
     "DATA_PARALLEL",
     "JOB_VARIABLE",
+    "MESH_DIMENSIONS",
+    "PIPELINE_PARALLEL",
     "REDUCE_OPS",
     "REPLICATE",
     "SHARDED_MODULES",
     "START_METHODS",
+    "TENSOR_PARALLEL",
     "CollectiveError",
     "CollectiveTimeoutError",
     "Communicator",
@@ -112,6 +143,8 @@ __all__ = [
     "Launcher",
     "Layout",
     "MultiprocessingLauncher",
+    "OptimizerWrapper",
+    "ParallelDims",
     "ParallelOptions",
     "ParallelStrategy",
     "PeerLostError",
@@ -123,10 +156,14 @@ __all__ = [
     "ShardedModules",
     "ShardedStrategy",
     "SingleDeviceStrategy",
+    "StatefulGroup",
+    "StepRunner",
     "accept_whole_optimizer_state",
     "accept_whole_tensors",
+    "check_degree",
     "check_reduce_op",
     "failing",
+    "fit_degrees",
     "forget_mesh_groups",
     "full_state_dict",
     "gather_full_state",

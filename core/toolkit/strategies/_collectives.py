@@ -1,7 +1,8 @@
 """Collective operations over ``torch.distributed``, with backend errors turned into project errors.
 
 Every function takes the name it reports under, so a rank that stops participating shows up as
-"the collective 'all_reduce' did not complete within 5 s" rather than a gloo buffer message.
+"the collective 'all_reduce' did not complete within 5 s" rather than a gloo buffer message, followed by where
+the other ranks were: their Python stacks, dumped when this rank gave up (:mod:`._stacks`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any, Final, TypeVar
 import torch
 import torch.distributed as dist
 
-from ._errors import translate
+from ._errors import CollectiveTimeoutError, translate
 from ._settle import settle
+from ._stacks import other_ranks_stacks, register_stack
 
 _Result = TypeVar("_Result")
 
@@ -52,16 +54,24 @@ class Communicator:
     def __init__(self, global_rank: int, timeout: timedelta) -> None:
         self.global_rank = global_rank
         self.timeout = timeout
+        self._stack_registered = False
 
     @contextmanager
     def guard(self, collective: str) -> Iterator[None]:
-        """Re-raise a backend error of ``collective`` as a :class:`CollectiveError` naming it."""
+        """Re-raise a backend error of ``collective`` as a :class:`CollectiveError` naming it; a timeout also
+        carries the other ranks' Python stacks (each rank registers its stack dump at its first guarded call with a
+        process group up)."""
+        if not self._stack_registered and dist.is_initialized():
+            self._stack_registered = register_stack(self.global_rank) or True  # one try per run
         try:
             yield
         except RuntimeError as error:
             translated = translate(error, collective, self.global_rank, self.timeout)
             if translated is error:
                 raise
+            if isinstance(translated, CollectiveTimeoutError):
+                translated = CollectiveTimeoutError(collective, self.global_rank, self.timeout, error,
+                                                    stacks=other_ranks_stacks(self.global_rank))
             raise translated from error
 
     def call(self, collective: str, function: Callable[..., _Result], *args: Any, **kwargs: Any) -> _Result:

@@ -42,16 +42,21 @@ class CollectiveError(CoreError, RuntimeError):
 class CollectiveTimeoutError(CollectiveError, TimeoutError):
     """A collective did not complete within the strategy's ``timeout``: another rank stopped participating."""
 
-    def __init__(self, collective: str, global_rank: int, timeout: timedelta, cause: BaseException) -> None:
+    def __init__(
+        self, collective: str, global_rank: int, timeout: timedelta, cause: BaseException, stacks: str = ""
+    ) -> None:
+        where = (f"\nWhere the other ranks were when this rank gave up (their Python stacks):\n{stacks}"
+                 if stacks else "")
         super().__init__(
             f"The collective {collective!r} on global rank {global_rank} did not complete within the strategy's "
             f"timeout of {timeout.total_seconds():g} s: at least one other rank stopped participating (it hangs, "
             f"sleeps, or runs a different collective). Look at the other ranks' output; if the work between "
             f"collectives is legitimately this slow, raise the strategy's timeout (DDPStrategy(timeout=...), ...). "
-            f"Backend message: {cause}",
+            f"Backend message: {cause}{where}",
             collective,
             global_rank,
         )
+        self.stacks = stacks
 
 
 class PeerLostError(CollectiveError):

@@ -37,12 +37,15 @@ from ._launchers import (
     ScriptLauncher,
     failing,
 )
+from ._mesh import REPLICATE, ParallelDims
 from ._rendezvous import store_for
 from ._sharding import SHARDED_MODULES
 from ._single import SingleDeviceStrategy, check_reduce_op
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
+
+    from core import ActiveSet
 
 class ParallelOptions(TypedDict, total=False):
     """The options of every process-group strategy (:class:`ParallelStrategy`'s own parameters).
@@ -57,14 +60,6 @@ class ParallelOptions(TypedDict, total=False):
     start_method: str
     name: str | None
 
-
-DATA_PARALLEL: Final = "data_parallel"
-"""The name of the data-parallel dimension of a device mesh (Lightning's): the samplers split the data along it."""
-
-REPLICATE: Final = "replicate"
-"""The outermost dimension of a strategy's device mesh when it runs as independent copies side by side
-(:meth:`ParallelStrategy.replicate_outside`): each copy works within its own ranks, and whoever asked for the copies
-(an extension such as core-diloco) synchronises them. The samplers split the data across it too."""
 
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 """``popen`` re-runs the script as the other ranks; the others start them with ``torch.multiprocessing``."""
@@ -96,19 +91,6 @@ def without_replicate(mesh: DeviceMesh) -> DeviceMesh:
     return mesh[rest[0]] if len(rest) == 1 else mesh[rest]
 
 
-def forget_mesh_groups(mesh: DeviceMesh) -> None:
-    """Drop the process groups a device mesh resolved, once the world group is destroyed.
-
-    Recent torch keeps them in the mesh; a mesh still referenced somewhere (a ``DTensor`` the user holds) would
-    then keep the destroyed groups alive until interpreter shutdown, where gloo's threads can abort the process.
-    """
-    if dist.is_initialized():
-        return
-    registry = getattr(mesh, "_pg_registry", None)
-    if isinstance(registry, dict):
-        registry.clear()
-
-
 class ParallelStrategy(SingleDeviceStrategy):
     """One process per device, over a ``torch.distributed`` process group; the model is the subclass's business.
 
@@ -129,8 +111,9 @@ class ParallelStrategy(SingleDeviceStrategy):
 
     max_processes: ClassVar[int | None] = None
     supports_outer_replicas: ClassVar[bool] = False
-    """Whether :meth:`replicate_outside` is accepted: the subclass lays its mesh out as ``(REPLICATE, ...)`` when
-    :attr:`outer_replicas` is above 1 and shards or parallelizes over :func:`without_replicate` of it."""
+    """Whether :meth:`replicate_outside` is accepted: the subclass's :meth:`make_parallel_dims` gets one copy's
+    share of the processes (:attr:`parallel_dims` puts :data:`REPLICATE` outermost), and it shards or parallelizes
+    over :func:`without_replicate` of :attr:`world_mesh`."""
     default_alias: ClassVar[str] = "parallel"
     """The alias an instance answers to when no ``name`` is given."""
     message_prefix: ClassVar[str] = "core"
@@ -158,10 +141,11 @@ class ParallelStrategy(SingleDeviceStrategy):
         self._communicator: Communicator | None = None
         self._precision_backward: Callable[..., Any] = _unbound
         self._launcher: Launcher | None = None
-        self._mesh: DeviceMesh | None = None
+        self._parallel_dims: ParallelDims | None = None
         self._set_up_modules: list[torch.nn.Module] = []
         self.outer_replicas = 1
         """How many independent copies of this strategy run side by side in this run (:meth:`replicate_outside`)."""
+        self._side_by_side = False
 
     @property
     def name(self) -> str:
@@ -173,7 +157,7 @@ class ParallelStrategy(SingleDeviceStrategy):
         self.alias = value
 
     _RUN_STATE: ClassVar[tuple[str, ...]] = (
-        "_active", "_communicator", "_precision_backward", "_launcher", "_mesh", "_set_up_modules",
+        "_active", "_communicator", "_precision_backward", "_launcher", "_parallel_dims", "_set_up_modules",
     )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -186,7 +170,7 @@ class ParallelStrategy(SingleDeviceStrategy):
         self._communicator = None
         self._precision_backward = _unbound
         self._launcher = None
-        self._mesh = None
+        self._parallel_dims = None
         self._set_up_modules = []
 
     def __repr__(self) -> str:
@@ -261,15 +245,85 @@ class ParallelStrategy(SingleDeviceStrategy):
         )
 
     @hookimpl
+    def core_attach(self, active: ActiveSet) -> None:
+        super().core_attach(active)
+        self._parallel_dims = None
+        _ = self.parallel_dims  # degrees that cannot fit the world size fail now, before any process starts
+
+    @hookimpl
     def strategy_setup_environment(self) -> None:
         self._precision_backward = self.active.bind("precision_backward")
         self._check_replicas(self.active.cluster.world_size)
         self._communicator = Communicator(self.active.cluster.global_rank, self.timeout)
         self._set_up_process_group()
-        with self.communicator.guard("init_device_mesh"):
-            mesh = self.build_mesh()
-        if mesh is not None:
-            self._mesh = mesh
+        dims = self.parallel_dims
+        if dims is not None:
+            # Every rank is here: the mesh's groups are made now, not on a first read that one rank alone may do.
+            with self.communicator.guard("init_device_mesh"):
+                dims.build((self.active.device or torch.device("cpu")).type)
+
+    # -- the device mesh ------------------------------------------------------------------------------
+
+    def make_parallel_dims(self, devices_per_node: int, num_nodes: int) -> ParallelDims | None:
+        """The degrees of parallelism of this strategy over ``devices_per_node`` x ``num_nodes`` processes, or
+        ``None`` for a strategy that lays its ranks out on no mesh (the default: ddp).
+
+        The extension point of a subclass that uses a mesh (core-fsdp: ``ParallelDims(world_size,
+        data_parallel_size=world_size, always=[DATA_PARALLEL])``). When the run holds copies side by side
+        (:meth:`replicate_outside`), it is called with one copy's share of the processes, and :attr:`parallel_dims`
+        adds the :data:`REPLICATE` dimension outermost: the subclass never handles copies itself.
+        """
+        return None
+
+    @property
+    def parallel_dims(self) -> ParallelDims | None:
+        """This run's degrees of parallelism and its one ``DeviceMesh`` (``parallel_dims.world_mesh``, built when
+        the process group is set up), or ``None`` when the strategy uses no mesh.
+
+        The accessor for other strategies and extensions: they read the run's mesh, its sub-meshes and groups here
+        (``parallel_dims.group(REPLICATE)``) instead of building the same layout again. Known once the strategy is
+        part of a run (from ``core_attach``); the end of the run drops it.
+        """
+        if self._parallel_dims is None:
+            self._parallel_dims = self._fit_parallel_dims()
+        return self._parallel_dims
+
+    @property
+    def world_mesh(self) -> DeviceMesh:
+        """The run's whole ``DeviceMesh`` (:data:`REPLICATE` included, when the run holds copies side by side).
+
+        :raises ConfigurationError: outside a run, before the process group is set up, or for a strategy without a
+            mesh (:attr:`parallel_dims` is ``None``).
+        """
+        dims = self._parallel_dims
+        if dims is None or not dims.built:
+            raise ConfigurationError(
+                f"The device mesh of {self.alias!r} exists once the run's processes are set up, for a strategy that "
+                f"lays its ranks out on one: read it inside the launched function (lite.device_mesh), in "
+                f"configure_model under the Trainer, or in a hook called after strategy_setup_environment."
+            )
+        return dims.world_mesh
+
+    def _fit_parallel_dims(self) -> ParallelDims | None:
+        config = self.active.config
+        nodes, devices, copies = config.num_nodes, config.devices_per_node, self.outer_replicas
+        if not self._side_by_side:
+            return self.make_parallel_dims(devices, nodes)
+        # One copy's share: the nodes divided among the copies, else a node's devices, else consecutive ranks.
+        if nodes % copies == 0:
+            nodes //= copies
+        elif devices % copies == 0:
+            devices //= copies
+        else:
+            nodes, devices = 1, nodes * devices // copies
+        try:
+            dims = self.make_parallel_dims(devices, nodes)
+        except ConfigurationError as error:
+            raise ConfigurationError(
+                f"{type(self).__name__} runs as one of {copies} copies side by side (replicate_outside({copies})), "
+                f"each over {devices * nodes} of the {config.world_size} processes: {error}"
+            ) from None
+        return None if dims is None else dims.replicated(copies)
 
     def replicate_outside(self, replicas: int) -> None:
         """Run as ``replicas`` independent copies side by side, each over ``world_size // replicas`` consecutive
@@ -295,6 +349,8 @@ class ParallelStrategy(SingleDeviceStrategy):
         if not is_whole(replicas, 1):
             raise ConfigurationError(f"{owner}.replicate_outside({replicas!r}): expected a positive number of copies.")
         self.outer_replicas = replicas
+        self._side_by_side = True
+        self._parallel_dims = None  # laid out again, with the copies
         if self._active is not None:
             self._check_replicas(self.active.cluster.world_size)
 
@@ -304,12 +360,6 @@ class ParallelStrategy(SingleDeviceStrategy):
                 f"{type(self).__name__}.replicate_outside({self.outer_replicas}): the copies must divide the world "
                 f"size {world_size} into equal parts."
             )
-
-    def build_mesh(self) -> DeviceMesh | None:
-        """The run's ``DeviceMesh``, built once the process group exists (default: none; a subclass that lays its
-        ranks out on a mesh returns it). Kept as :attr:`_mesh`; a mesh with a ``"data_parallel"`` dimension decides
-        the samplers' replicas (:data:`DATA_PARALLEL`)."""
-        return None
 
     def _set_up_process_group(self) -> None:
         cluster = self.active.cluster
@@ -378,14 +428,15 @@ class ParallelStrategy(SingleDeviceStrategy):
         """Last step of every teardown, failed or not: drop what refers to the run's process groups.
 
         Extend it (calling ``super().forget_run()``): a group still referenced is freed at interpreter shutdown,
-        where gloo's threads can abort the process. The default drops the device mesh (:attr:`_mesh`, where a
-        subclass keeps one) and collects the reference cycles torch's sharding state sits in.
+        where gloo's threads can abort the process. The default drops the run's :attr:`parallel_dims` with its
+        device mesh and collects the reference cycles torch's sharding state sits in.
         """
         self._set_up_modules = []
         self.outer_replicas = 1
-        mesh, self._mesh = self._mesh, None
-        if mesh is not None:
-            forget_mesh_groups(mesh)
+        self._side_by_side = False
+        dims, self._parallel_dims = self._parallel_dims, None
+        if dims is not None and dims.built:
+            dims.forget()
             gc.collect()
 
     # -- model ----------------------------------------------------------------------------------------
@@ -435,19 +486,14 @@ class ParallelStrategy(SingleDeviceStrategy):
 
     @hookimpl
     def strategy_distributed_sampler_kwargs(self) -> dict[str, Any] | None:
-        mesh = self._mesh
-        names = tuple(mesh.mesh_dim_names or ()) if mesh is not None else ()
-        if mesh is not None and DATA_PARALLEL in names:
-            # The ranks of one replica (a tensor- or pipeline-parallel group) must see the same batch; copies of the
-            # strategy side by side (REPLICATE) each get their own part.
-            data_parallel = mesh[DATA_PARALLEL]
-            copies, copy = 1, 0
-            if REPLICATE in names:
-                copies, copy = mesh.size(names.index(REPLICATE)), mesh.get_local_rank(REPLICATE)
-            return {"num_replicas": copies * data_parallel.size(),
-                    "rank": copy * data_parallel.size() + data_parallel.get_local_rank()}
         cluster = self.active.cluster
-        return {"num_replicas": cluster.world_size, "rank": cluster.global_rank}
+        dims = self.parallel_dims
+        if dims is None:
+            return {"num_replicas": cluster.world_size, "rank": cluster.global_rank}
+        # The ranks of one replica (a tensor- or pipeline-parallel group) see the same batch; copies of the strategy
+        # side by side (REPLICATE) each get their own part.
+        num_replicas, rank = dims.sampler_split(cluster.global_rank)
+        return {"num_replicas": num_replicas, "rank": rank}
 
     def _object_device(self) -> torch.device | None:
         device = self.active.device

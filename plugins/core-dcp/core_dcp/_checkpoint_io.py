@@ -36,6 +36,7 @@ from core import CheckpointError, ConfigurationError, CoreError, hookimpl
 from core.toolkit.checkpoint import (
     DirectoryCheckpointIO,
     install_directory,
+    reporting_full_disk,
     safe_torch_load,
     seal_directory,
     verify_directory,
@@ -117,14 +118,15 @@ class DistributedCheckpointIO(DirectoryCheckpointIO):
     def _save_alone(self, flat: dict[str, Any], target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = self.partial_directory(target, collective=False)
-        try:
-            with warnings.catch_warnings(), _translated("Saving", str(target)):
-                warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
-                metadata = dcp.save(flat, storage_writer=self._writer(partial), no_dist=True)
-            self._seal(partial, metadata)
-            install_directory(partial, target)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
+        with reporting_full_disk(target, flat):  # around the cleanup: it reports the space a new save finds
+            try:
+                with warnings.catch_warnings(), _translated("Saving", str(target)):
+                    warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
+                    metadata = dcp.save(flat, storage_writer=self._writer(partial), no_dist=True)
+                self._seal(partial, metadata)
+                install_directory(partial, target)
+            finally:
+                shutil.rmtree(partial, ignore_errors=True)
 
     def _save_collective(self, flat: dict[str, Any], target: Path) -> None:
         digests: list[Any] = [None] * dist.get_world_size()
@@ -136,11 +138,12 @@ class DistributedCheckpointIO(DirectoryCheckpointIO):
             shutil.rmtree(partial, ignore_errors=True)
         self.barrier("distributed checkpoint: prepare")
         # Every rank writes its shards; the coordinator writes .metadata after all of them, then all return.
-        with _translated("Saving", str(target)):
+        with reporting_full_disk(target, flat), _translated("Saving", str(target)):
             metadata = dcp.save(flat, storage_writer=self._writer(partial))
         if dist.get_rank() == 0:  # every rank's files are complete: the coordinator wrote .metadata after them
-            self._seal(partial, metadata)
-            install_directory(partial, target)
+            with reporting_full_disk(target):
+                self._seal(partial, metadata)
+                install_directory(partial, target)
         self.barrier("distributed checkpoint: installed")
 
     def _seal(self, directory: Path, metadata: Any) -> None:

@@ -88,6 +88,9 @@ def test_a_rank_that_stops_participating_fails_the_job_after_the_timeout(jobs: J
     assert "CollectiveTimeoutError: The collective 'all_reduce' on global rank 0 did not complete within " \
            "the strategy's timeout of 5 s" in finished.stderr
     assert "stopped global rank(s) [1]" in finished.stderr
+    # ... and where rank 1 was stuck: its Python stack, dumped by that rank when rank 0 gave up.
+    assert "Where the other ranks were when this rank gave up" in finished.stderr, finished.stderr
+    assert "global rank 1 (pid " in finished.stderr and "stalled_rank_sleeps_here" in finished.stderr, finished.stderr
 
 
 @pytest.mark.timeout(60)

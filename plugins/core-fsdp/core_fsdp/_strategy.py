@@ -28,13 +28,14 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
 
 from core import ConfigurationError, Supports, hookimpl
 from core.toolkit.strategies import (
-    REPLICATE,
+    DATA_PARALLEL,
     SHARDED_MODULES,
+    ParallelDims,
     ParallelOptions,
     ShardedStrategy,
     accept_whole_tensors,
@@ -48,9 +49,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 STATE_DICT_TYPES: Final = ("sharded", "full")
-
-SHARD: Final = "shard"
-"""The mesh dimension the parameters are sharded over when the strategy runs as copies side by side."""
 
 MIXED_PARAMETER_DTYPES: Final = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16}
 """Precisions (by canonical name) whose compute dtype FSDP casts the gathered parameters to."""
@@ -136,22 +134,15 @@ class FSDPStrategy(ShardedStrategy):
 
     @property
     def mesh(self) -> DeviceMesh:
-        """The one-dimensional mesh the parameters are sharded over, on the accelerator's device type: every rank,
-        or this copy's ranks when the strategy runs as copies side by side (:meth:`replicate_outside`)."""
-        if self._mesh is None:
-            device = self.active.device or torch.device("cpu")
-            self._mesh = init_device_mesh(device.type, (self.active.cluster.world_size,))
-        return without_replicate(self._mesh)
+        """The one-dimensional mesh ``data_parallel`` the parameters are sharded over, on the accelerator's device
+        type: every rank, or this copy's ranks when the strategy runs as copies side by side
+        (:meth:`replicate_outside`). A sub-mesh of the run's :attr:`world_mesh`."""
+        return without_replicate(self.world_mesh)
 
-    def build_mesh(self) -> DeviceMesh | None:
-        """With copies side by side, the 2-D mesh ``(replicate, shard)``; otherwise none yet (:attr:`mesh` makes the
-        one-dimensional mesh when the first module is sharded)."""
-        if self.outer_replicas == 1:
-            return None
-        world_size = self.active.cluster.world_size
-        device = self.active.device or torch.device("cpu")
-        return init_device_mesh(device.type, (self.outer_replicas, world_size // self.outer_replicas),
-                                mesh_dim_names=(REPLICATE, SHARD))
+    def make_parallel_dims(self, devices_per_node: int, num_nodes: int) -> ParallelDims:
+        """Every rank on one ``data_parallel`` dimension (``(replicate, data_parallel)`` with copies side by side)."""
+        world_size = devices_per_node * num_nodes
+        return ParallelDims(world_size, data_parallel_size=world_size, always=[DATA_PARALLEL], owner="FSDPStrategy")
 
     def _fully_shard_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {

@@ -7,17 +7,15 @@ sharded through core-dcp's ``distributed`` checkpoint_io and load into any other
 ``ModelParallelStrategy(...)`` is the object to pass for options. After a run the module stays parallelized (its
 process group is kept while it lives); :func:`full_state_dict` gathers it whole, one tensor at a time, to rank 0.
 
-Public API for strategies that build a mesh of their own (core-pipeline): :class:`MeshShape` and
-:func:`mesh_shape`, which check the degrees of parallelism against the world size, and :func:`built_mesh`, the
-``device_mesh`` property's check.
+The degrees and the mesh are the core's :class:`core.toolkit.strategies.ParallelDims` (the strategy's
+``parallel_dims``); :data:`DATA_PARALLEL` and :data:`TENSOR_PARALLEL` are the toolkit's names, re-exported.
 """
 
 from __future__ import annotations
 
-from core.toolkit.strategies import full_state_dict
+from core.toolkit.strategies import DATA_PARALLEL, TENSOR_PARALLEL, full_state_dict
 
-from ._mesh import AUTO, DATA_PARALLEL, MeshShape, built_mesh, check_size, mesh_shape
-from ._strategy import MESH_DIMENSIONS, TENSOR_PARALLEL, ModelParallelStrategy
+from ._strategy import MESH_DIMENSIONS, ModelParallelStrategy
 
 
 def model_parallel() -> ModelParallelStrategy:
@@ -26,15 +24,10 @@ def model_parallel() -> ModelParallelStrategy:
 
 
 __all__ = [
-    "AUTO",
     "DATA_PARALLEL",
     "MESH_DIMENSIONS",
     "TENSOR_PARALLEL",
-    "MeshShape",
     "ModelParallelStrategy",
-    "built_mesh",
-    "check_size",
     "full_state_dict",
-    "mesh_shape",
     "model_parallel",
 ]

@@ -32,29 +32,31 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from itertools import chain
-from typing import TYPE_CHECKING, ClassVar, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, TypeAlias, cast
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 
-from core import ActiveSet, ConfigurationError, Supports, hookimpl
+from core import ConfigurationError, Supports, hookimpl
 from core.toolkit.strategies import (
-    REPLICATE,
+    DATA_PARALLEL,
     SHARDED_MODULES,
+    TENSOR_PARALLEL,
+    ParallelDims,
     ParallelOptions,
     ShardedStrategy,
     accept_whole_tensors,
+    check_degree,
+    fit_degrees,
     without_replicate,
 )
 
-from ._mesh import DATA_PARALLEL, MeshShape, built_mesh, check_size, mesh_shape
 from ._state import holds_placed_tensors
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-TENSOR_PARALLEL: Final = "tensor_parallel"
 MESH_DIMENSIONS: Final = (DATA_PARALLEL, TENSOR_PARALLEL)
 """The names of the device mesh's dimensions, outermost first (Lightning's)."""
 
@@ -115,11 +117,10 @@ class ModelParallelStrategy(ShardedStrategy):
                 f"{_OWNER}(parallelize_fn={parallelize_fn!r}): expected a function (module, device_mesh) -> module."
             )
         self.parallelize_fn = parallelize_fn
-        self.data_parallel_size = check_size(_OWNER, "data_parallel_size", data_parallel_size)
-        self.tensor_parallel_size = check_size(_OWNER, "tensor_parallel_size", tensor_parallel_size)
+        self.data_parallel_size = check_degree(_OWNER, "data_parallel_size", data_parallel_size)
+        self.tensor_parallel_size = check_degree(_OWNER, "tensor_parallel_size", tensor_parallel_size)
         self.save_distributed_checkpoint = bool(save_distributed_checkpoint)
         self.supports = _supports(self.save_distributed_checkpoint)  # per object
-        self._shape: MeshShape | None = None
 
     def __repr__(self) -> str:
         return (
@@ -129,50 +130,25 @@ class ModelParallelStrategy(ShardedStrategy):
         )
 
     @property
-    def mesh_shape(self) -> MeshShape:
-        """The resolved sizes of the mesh's dimensions (known once the strategy is part of a run).
+    def mesh_shape(self) -> ParallelDims:
+        """The run's :attr:`parallel_dims` (known once the strategy is part of a run): ``data_parallel x
+        tensor_parallel``, with ``replicate`` outermost when the run holds copies side by side."""
+        return cast("ParallelDims", self.parallel_dims)  # never None: make_parallel_dims always says its degrees
 
-        When the run holds copies of the strategy side by side (:meth:`replicate_outside`, asked for by an extension
-        such as core-diloco), the shape of one copy's ranks: ``"auto"`` then divides the nodes among the copies, or
-        a node's devices when there are fewer nodes than copies."""
-        config, replicas = self.active.config, self.outer_replicas
-        if replicas == 1:
-            if self._shape is None:
-                self._shape = mesh_shape(_OWNER, TENSOR_PARALLEL, self.data_parallel_size, self.tensor_parallel_size,
-                                         config.devices_per_node, config.num_nodes)
-            return self._shape
-        nodes, devices = config.num_nodes, config.devices_per_node
-        if nodes % replicas == 0:
-            nodes //= replicas
-        elif devices % replicas == 0:
-            devices //= replicas
-        else:
-            nodes, devices = 1, nodes * devices // replicas
-        return mesh_shape(f"{_OWNER} (one of {replicas} copies side by side)", TENSOR_PARALLEL,
-                          self.data_parallel_size, self.tensor_parallel_size, devices, nodes)
+    def make_parallel_dims(self, devices_per_node: int, num_nodes: int) -> ParallelDims:
+        """``data_parallel x tensor_parallel`` over these processes; ``"auto"`` puts tensor parallelism within a
+        node and data parallelism across nodes. With copies side by side (asked for by an extension such as
+        core-diloco), the base calls it with one copy's share of the processes."""
+        return fit_degrees(_OWNER, (DATA_PARALLEL, self.data_parallel_size),
+                           (TENSOR_PARALLEL, self.tensor_parallel_size), devices_per_node, num_nodes)
 
     @property
     def device_mesh(self) -> DeviceMesh:
         """The 2-D ``DeviceMesh`` (``data_parallel``, ``tensor_parallel``) of this run's ranks (of this copy's ranks
-        when the strategy runs as copies side by side)."""
-        return without_replicate(built_mesh(self._mesh, self.alias, "inside the launched function (lite.device_mesh), "
-                                            "in configure_model under the Trainer, or in parallelize_fn"))
+        when the strategy runs as copies side by side): :attr:`world_mesh` without ``replicate``."""
+        return without_replicate(self.world_mesh)
 
-    # -- processes ------------------------------------------------------------------------------------
-
-    @hookimpl
-    def core_attach(self, active: ActiveSet) -> None:
-        super().core_attach(active)
-        self._shape = None
-        _ = self.mesh_shape  # sizes that cannot fit the world size fail now, before any process starts
-
-    def build_mesh(self) -> DeviceMesh:
-        """The 2-D mesh of :attr:`mesh_shape` (3-D, ``replicate`` outermost, with copies side by side); the samplers
-        split the data along its ``data_parallel`` dimension (and ``replicate``)."""
-        shape = self.mesh_shape
-        if self.outer_replicas > 1:
-            shape = MeshShape((REPLICATE, *shape.names), (self.outer_replicas, *shape.sizes))
-        return shape.build((self.active.device or torch.device("cpu")).type)
+    # -- model ----------------------------------------------------------------------------------------
 
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Parallelize (if still plain), check data parallelism, materialise, accept whole tensors on load.

@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from core_model_parallel import MeshShape, ModelParallelStrategy, mesh_shape
+from core_model_parallel import ModelParallelStrategy
 from nd_jobs import Job
 
 import core
+from core.toolkit.strategies import DATA_PARALLEL, TENSOR_PARALLEL, ParallelDims, fit_degrees
 
 
-def shape(data_parallel: object, tensor_parallel: object, devices: int, nodes: int) -> MeshShape:
-    return mesh_shape("ModelParallelStrategy", "tensor_parallel", data_parallel, tensor_parallel,  # type: ignore[arg-type]
-                      devices, nodes)
+def shape(data_parallel: object, tensor_parallel: object, devices: int, nodes: int) -> ParallelDims:
+    return fit_degrees("ModelParallelStrategy", (DATA_PARALLEL, data_parallel),  # type: ignore[arg-type]
+                       (TENSOR_PARALLEL, tensor_parallel), devices, nodes)  # type: ignore[arg-type]
 
 
 def test_auto_puts_tensor_parallel_within_a_node_and_data_parallel_across_nodes() -> None:

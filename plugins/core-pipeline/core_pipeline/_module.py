@@ -124,7 +124,8 @@ class PipelineModule(nn.Module):
 
 
 class PipelineStepModule(nn.Module):
-    """What the pipeline returns for the Trainer's :class:`core.module.StepModule`: steps that call the pipeline.
+    """What the pipeline returns for a :class:`core.toolkit.strategies.StepRunner` (the Trainer's ``StepModule``):
+    steps that call the pipeline.
 
     The Trainer calls the set-up module with a batch to run ``training_step`` (``validation_step``, ...). During
     that call the Module's own ``self(...)`` goes to the pipeline: ``loss = self(inputs, target=targets)`` in
@@ -132,7 +133,8 @@ class PipelineStepModule(nn.Module):
     every rank; ``self(inputs)`` in evaluation returns the last stage's output. Calling the Module's submodules
     directly bypasses the pipeline and sees only this rank's stages.
 
-    :param step_module: The Trainer's StepModule (its ``module`` is the user's Module, pruned to this rank's stages).
+    :param step_module: The Trainer's step runner (its ``stepped_module`` is the user's Module, pruned to this rank's
+        stages).
     :param pipeline: The pipeline over this rank's stages, registered so that ``parameters()``, ``train()`` and
         ``eval()`` reach the stages.
     """
@@ -150,7 +152,7 @@ class PipelineStepModule(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         step_module = self.__dict__["step_module"]
-        model = step_module.module
+        model = step_module.stepped_module
         model.__dict__["forward"] = self.pipeline  # the Module's __call__ finds the instance attribute first
         try:
             return step_module(*args, **kwargs)

@@ -30,17 +30,25 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 import torch
 import torch.distributed as dist
-from core_model_parallel import DATA_PARALLEL, MeshShape, built_mesh, check_size, mesh_shape
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from core import ActiveSet, CheckpointError, ConfigurationError, Supports, hookimpl
-from core.lite import LiteOptimizer
-from core.module import StatefulList, StepModule
+from core import CheckpointError, ConfigurationError, Supports, hookimpl
 from core.toolkit import is_whole
 from core.toolkit.checkpoint import PRECISION_KEY, is_stateful, restore_state, to_checkpoint
-from core.toolkit.strategies import ParallelOptions, ParallelStrategy
+from core.toolkit.strategies import (
+    DATA_PARALLEL,
+    PIPELINE_PARALLEL,
+    OptimizerWrapper,
+    ParallelDims,
+    ParallelOptions,
+    ParallelStrategy,
+    StatefulGroup,
+    StepRunner,
+    check_degree,
+    fit_degrees,
+)
 
 from ._layout import (
     OptimizerLayout,
@@ -57,7 +65,6 @@ from ._split import StageFn, prune, split_at, stage_modules
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-PIPELINE_PARALLEL: Final = "pipeline_parallel"
 MESH_DIMENSIONS: Final = (DATA_PARALLEL, PIPELINE_PARALLEL)
 """The names of the device mesh's dimensions, outermost first."""
 
@@ -131,8 +138,7 @@ class PipelineStrategy(ParallelStrategy):
         if loss_fn is not None and not callable(loss_fn):
             raise ConfigurationError(f"{_OWNER}(loss_fn={loss_fn!r}): expected a function (output, target) -> loss.")
         self.loss_fn = loss_fn
-        self.data_parallel_size = check_size(_OWNER, "data_parallel_size", data_parallel_size)
-        self._shape: MeshShape | None = None
+        self.data_parallel_size = check_degree(_OWNER, "data_parallel_size", data_parallel_size)
         self._run = _RunState()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -159,42 +165,42 @@ class PipelineStrategy(ParallelStrategy):
         return self.num_stages // self.stages_per_rank
 
     @property
-    def mesh_shape(self) -> MeshShape:
-        """The resolved sizes of the mesh's dimensions (known once the strategy is part of a run)."""
-        if self._shape is None:
-            if not self.num_stages:
-                raise ConfigurationError(
-                    f"strategy={self.alias!r} needs to know where to cut the model: pass "
-                    f"strategy=PipelineStrategy(split_points=[...], loss_fn=...) (pip install core-pipeline gives "
-                    f"core_pipeline.PipelineStrategy) with {_HOW_TO_SPLIT}."
-                )
-            config = self.active.config
-            world_size = config.world_size
-            if world_size % self.pipeline_parallel_size:
-                raise ConfigurationError(
-                    f"{_OWNER}: {self.num_stages} stage(s) / {self.stages_per_rank} per rank ({self.schedule}) = "
-                    f"pipeline_parallel_size {self.pipeline_parallel_size}, which does not divide the world size "
-                    f"{world_size} (devices={config.devices_per_node} per node x num_nodes={config.num_nodes}). "
-                    f"Cut the model into a number of stages that divides {world_size} x stages_per_rank, or run "
-                    f"{self.pipeline_parallel_size} x data_parallel_size processes."
-                )
-            self._shape = mesh_shape(_OWNER, PIPELINE_PARALLEL, self.data_parallel_size, self.pipeline_parallel_size,
-                                     config.devices_per_node, config.num_nodes)
-        return self._shape
+    def mesh_shape(self) -> ParallelDims:
+        """The run's :attr:`parallel_dims`: ``data_parallel x pipeline_parallel`` (known once the strategy is part of
+        a run; a strategy without a split raises, saying how to give one)."""
+        dims = self.parallel_dims
+        if dims is None:
+            raise ConfigurationError(
+                f"strategy={self.alias!r} needs to know where to cut the model: pass "
+                f"strategy=PipelineStrategy(split_points=[...], loss_fn=...) (pip install core-pipeline gives "
+                f"core_pipeline.PipelineStrategy) with {_HOW_TO_SPLIT}."
+            )
+        return dims
+
+    def make_parallel_dims(self, devices_per_node: int, num_nodes: int) -> ParallelDims | None:
+        """``data_parallel x pipeline_parallel`` over these processes: each row of ``pipeline_parallel_size``
+        neighbouring ranks runs one copy of the pipeline. ``None`` without a split (the bare alias, refused at
+        launch)."""
+        if not self.num_stages:
+            return None
+        world_size = devices_per_node * num_nodes
+        if world_size % self.pipeline_parallel_size:
+            raise ConfigurationError(
+                f"{_OWNER}: {self.num_stages} stage(s) / {self.stages_per_rank} per rank ({self.schedule}) = "
+                f"pipeline_parallel_size {self.pipeline_parallel_size}, which does not divide the world size "
+                f"{world_size} (devices={devices_per_node} per node x num_nodes={num_nodes}). "
+                f"Cut the model into a number of stages that divides {world_size} x stages_per_rank, or run "
+                f"{self.pipeline_parallel_size} x data_parallel_size processes."
+            )
+        return fit_degrees(_OWNER, (DATA_PARALLEL, self.data_parallel_size),
+                           (PIPELINE_PARALLEL, self.pipeline_parallel_size), devices_per_node, num_nodes)
 
     @property
     def device_mesh(self) -> DeviceMesh:
-        """The 2-D ``DeviceMesh`` (``data_parallel``, ``pipeline_parallel``) of this run's ranks."""
-        return built_mesh(self._mesh, self.alias, "inside the launched function (lite.device_mesh)")
+        """The 2-D ``DeviceMesh`` (``data_parallel``, ``pipeline_parallel``) of the run's ranks: :attr:`world_mesh`."""
+        return self.world_mesh
 
     # -- processes ------------------------------------------------------------------------------------
-
-    @hookimpl
-    def core_attach(self, active: ActiveSet) -> None:
-        super().core_attach(active)
-        self._shape = None
-        if self.num_stages:
-            _ = self.mesh_shape  # a pipeline that cannot fit the world size fails now, before any process starts
 
     @hookimpl
     def strategy_launch(self, function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -202,10 +208,6 @@ class PipelineStrategy(ParallelStrategy):
         # to know where to cut the model: refused here, before any process starts.
         _ = self.mesh_shape
         return super().strategy_launch(function, args, kwargs)
-
-    def build_mesh(self) -> DeviceMesh:
-        """The 2-D mesh of :attr:`mesh_shape`; the samplers split the data along its ``data_parallel`` dimension."""
-        return self.mesh_shape.build((self.active.device or torch.device("cpu")).type)
 
     # -- model ----------------------------------------------------------------------------------------
 
@@ -216,9 +218,9 @@ class PipelineStrategy(ParallelStrategy):
                 f"strategy={self.alias!r} needs PipelineStrategy(loss_fn=...): the last stage computes the loss of "
                 f"each micro-batch inside the schedule, e.g. loss_fn=torch.nn.functional.cross_entropy."
             )
-        step_module = module if isinstance(module, StepModule) else None
+        step_module = module if isinstance(module, StepRunner) else None
         if step_module is not None:  # the Trainer's: the user's Module is the model to cut, its forward the pipeline
-            module = step_module.module
+            module = step_module.stepped_module
         if module in _CUT:
             raise ConfigurationError(
                 f"This {type(module).__name__} was cut into pipeline stages by an earlier set-up in this process and "
@@ -354,14 +356,14 @@ class PipelineStrategy(ParallelStrategy):
         return True
 
     def _owns(self, value: Any) -> bool:
-        if isinstance(value, StatefulList):  # the Trainer's optimizers
-            return bool(value.items) and all(self._owns(item) for item in value.items)
+        if isinstance(value, StatefulGroup):  # the Trainer's optimizers
+            return bool(value.stateful_items) and all(self._owns(item) for item in value.stateful_items)
         value = _inner(value)
         return id(value) in self._run.modules or id(value) in self._run.optimizers
 
     def _piece(self, value: Any) -> Any:
-        if isinstance(value, StatefulList):
-            return [self._piece(item) for item in value.items]
+        if isinstance(value, StatefulGroup):
+            return [self._piece(item) for item in value.stateful_items]
         value = _inner(value)
         if id(value) in self._run.modules:
             return cpu_state(value.state_dict())
@@ -369,8 +371,9 @@ class PipelineStrategy(ParallelStrategy):
         return by_name(optimizer.state_dict(), layout)
 
     def _merged(self, value: Any, pieces: list[Any]) -> Any:
-        if isinstance(value, StatefulList):
-            return [self._merged(item, [piece[index] for piece in pieces]) for index, item in enumerate(value.items)]
+        if isinstance(value, StatefulGroup):
+            return [self._merged(item, [piece[index] for piece in pieces])
+                    for index, item in enumerate(value.stateful_items)]
         value = _inner(value)
         if id(value) in self._run.modules:
             return merged_module_state(pieces, self._run.modules[id(value)][1])
@@ -394,7 +397,7 @@ class PipelineStrategy(ParallelStrategy):
                 targets[key] = value
                 checkpoint[key] = local_state(checkpoint[key], self._run.optimizers[id(value)][1],
                                               f"{path!r}, entry {key!r}")
-            elif key in checkpoint and isinstance(value, StatefulList) and self._owns(value):
+            elif key in checkpoint and isinstance(value, StatefulGroup) and self._owns(value):
                 targets[key] = value
                 checkpoint[key] = self._local_optimizer_states(checkpoint[key], value, f"{path!r}, entry {key!r}")
             else:
@@ -405,12 +408,13 @@ class PipelineStrategy(ParallelStrategy):
             self.active.hook.precision_load_state_dict(state=precision_state)
         return remaining
 
-    def _local_optimizer_states(self, saved: Any, optimizers: StatefulList, where: str) -> Any:
+    def _local_optimizer_states(self, saved: Any, optimizers: StatefulGroup, where: str) -> Any:
         """This rank's part of each optimizer's whole-model state in a saved list (the Trainer's optimizers)."""
-        if not isinstance(saved, list) or len(saved) != len(optimizers.items):
-            return saved  # StatefulList.load_state_dict says what is wrong
+        items = optimizers.stateful_items
+        if not isinstance(saved, list) or len(saved) != len(items):
+            return saved  # the group's load_state_dict says what is wrong
         return [local_state(state, self._run.optimizers[id(_inner(item))][1], f"{where}[{index}]")
-                for index, (state, item) in enumerate(zip(saved, optimizers.items, strict=True))]
+                for index, (state, item) in enumerate(zip(saved, items, strict=True))]
 
     @staticmethod
     def _stage_entries(saved: Any, pipeline: PipelineModule, model_keys: Sequence[str]) -> Any:
@@ -430,8 +434,8 @@ class PipelineStrategy(ParallelStrategy):
 
 
 def _inner(value: Any) -> Any:
-    """The optimizer a ``LiteOptimizer`` wraps (the Trainer's optimizers are wrapped); anything else as it is."""
-    return value.optimizer if isinstance(value, LiteOptimizer) else value
+    """The optimizer an :class:`OptimizerWrapper` holds (Lite and the Trainer wrap theirs); anything else as it is."""
+    return value.set_up_optimizer if isinstance(value, OptimizerWrapper) else value
 
 
 @contextmanager

@@ -68,6 +68,9 @@ def test_two_stages_train_like_the_unsplit_model(
     rank0, rank1 = reports(tmp_path, mode)
     assert_losses_close(rank0["losses"], reference[0])
     assert rank0["losses"] == rank1["losses"] == rank0["global_losses"], "every rank reports the last stage's loss"
+    # One copy of the pipeline over both ranks (Interleaved1F1B: two stages each): data_parallel outermost.
+    assert rank0["mesh"] == rank1["mesh"] == {"names": ["data_parallel", "pipeline_parallel"], "shape": [1, 2],
+                                              "ranks": [[0, 1]]}
     # Each rank holds its stages only, under the whole model's names.
     assert layers(rank0["keys"]) == rank0_holds and layers(rank1["keys"]) == rank1_holds
     assert rank0["elements"] + rank1["elements"] == TOTAL_ELEMENTS
@@ -88,5 +91,6 @@ def test_copies_of_a_one_stage_pipeline_average_their_gradients(tmp_path: Path, 
     assert rank0["global_losses"] == rank1["global_losses"]
     assert rank0["losses"] != rank1["losses"], "each copy trains on its own half of the batch"
     assert rank0["elements"] == rank1["elements"] == TOTAL_ELEMENTS
+    assert rank0["mesh"] == {"names": ["data_parallel", "pipeline_parallel"], "shape": [2, 1], "ranks": [[0], [1]]}
     expected = evaluation_loss(reference[1], nd.GLOBAL_BATCH // 2)
     assert abs(rank0["eval_loss"] - expected) <= LOSS_ATOL

@@ -32,6 +32,7 @@ from core.toolkit.checkpoint import (
     DirectoryCheckpointIO,
     atomic_torch_save,
     install_directory,
+    reporting_full_disk,
     safe_torch_load,
     seal_directory,
     verify_directory,
@@ -111,16 +112,17 @@ class SafetensorsCheckpointIO(DirectoryCheckpointIO):
                     rest: dict[str, Any]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = self.partial_directory(target, collective=False)
-        try:
-            partial.mkdir()
-            if key is not None:
-                write_weights(partial, weights, self.max_shard_size)
-                write_layout(partial, key)
-            if rest or key is None:
-                atomic_torch_save(rest, str(partial / STATE_FILE), checksum=self.checksums)
-            self._finish(partial, target)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
+        with reporting_full_disk(target, [weights, rest]):  # around the cleanup: the space a new save finds
+            try:
+                partial.mkdir()
+                if key is not None:
+                    write_weights(partial, weights, self.max_shard_size)
+                    write_layout(partial, key)
+                if rest or key is None:
+                    atomic_torch_save(rest, str(partial / STATE_FILE), checksum=self.checksums)
+                self._finish(partial, target)
+            finally:
+                shutil.rmtree(partial, ignore_errors=True)
 
     def _save_collective(self, target: Path, key: str | None, weights: dict[str, torch.Tensor],
                          rest: dict[str, Any]) -> None:
@@ -131,21 +133,23 @@ class SafetensorsCheckpointIO(DirectoryCheckpointIO):
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir()
         self.barrier("safetensors checkpoint: prepare")
-        if key is not None:
-            write_weights(partial, weights, self.max_shard_size, self.writers)
-            if rank == 0:
-                write_layout(partial, key)
-        if holds_dtensors(rest):  # sharded optimizer state: every rank writes its part, in core-dcp's format
-            DistributedCheckpointIO(checksums=self.checksums).checkpoint_io_save(
-                checkpoint=rest, path=str(partial / STATE_DIRECTORY), storage_options=None)
-        elif (rest or key is None) and rank == 0:
-            atomic_torch_save(rest, str(partial / STATE_FILE), checksum=self.checksums)
+        with reporting_full_disk(target, [weights, rest]):
+            if key is not None:
+                write_weights(partial, weights, self.max_shard_size, self.writers)
+                if rank == 0:
+                    write_layout(partial, key)
+            if holds_dtensors(rest):  # sharded optimizer state: every rank writes its part, in core-dcp's format
+                DistributedCheckpointIO(checksums=self.checksums).checkpoint_io_save(
+                    checkpoint=rest, path=str(partial / STATE_DIRECTORY), storage_options=None)
+            elif (rest or key is None) and rank == 0:
+                atomic_torch_save(rest, str(partial / STATE_FILE), checksum=self.checksums)
         self.barrier("safetensors checkpoint: written")
         if rank == 0:
-            try:
-                self._finish(partial, target)
-            finally:
-                shutil.rmtree(partial, ignore_errors=True)
+            with reporting_full_disk(target):
+                try:
+                    self._finish(partial, target)
+                finally:
+                    shutil.rmtree(partial, ignore_errors=True)
         self.barrier("safetensors checkpoint: installed")
 
     def _finish(self, partial: Path, target: Path) -> None:

@@ -38,6 +38,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import core
+from core.toolkit.strategies import ParallelStrategy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from diloco_job import ddp_reference, mlp  # the same MLP and hand-built DDP reference as the ddp job
@@ -79,7 +80,17 @@ def layout_phase(lite: core.Lite, extension: DiLoCoExtension, layout: str) -> di
     meshes = sorted({tuple(parameter.device_mesh.mesh.flatten().tolist()) for parameter in model.parameters()
                      if isinstance(parameter, DTensor)})
     sampler = lite.active.hook.strategy_distributed_sampler_kwargs()
+    strategy = lite.active.strategy
+    assert isinstance(strategy, ParallelStrategy)
+    world_mesh = strategy.world_mesh
+    device_mesh = lite.device_mesh
     return {
+        "mesh_names": list(world_mesh.mesh_dim_names or ()),
+        "mesh_shape": list(world_mesh.shape),
+        "mesh_ranks": world_mesh.mesh.tolist(),
+        # The extension reads the strategy's mesh (one layout per run), not one of its own.
+        "extension_reads_the_strategys_mesh": extension.dims is strategy.parallel_dims and extension.mesh is world_mesh,
+        "device_mesh_names": list(device_mesh.mesh_dim_names or ()) if device_mesh is not None else None,
         "dtensor_parameters": sum(isinstance(parameter, DTensor) for parameter in model.parameters()),
         "parameters": len(list(model.parameters())),
         "parameter_meshes": [list(ranks) for ranks in meshes],

@@ -51,7 +51,12 @@ def fail_here(args: argparse.Namespace, global_rank: int, step: int) -> None:
         raise RuntimeError(f"planned failure on rank {global_rank} at step {step}")
     if args.fail == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(3600)  # "sleep": stop participating without dying
+    stalled_rank_sleeps_here()
+
+
+def stalled_rank_sleeps_here() -> None:
+    """"sleep": stop participating without dying (the timeout's message names this function, from this rank)."""
+    time.sleep(3600)
 
 
 def train(lite: core.Lite, args: argparse.Namespace) -> str:

@@ -51,8 +51,12 @@ def strategy(mode: str) -> PipelineStrategy:
 def run(lite: core.Lite, mode: str, out: Path, checkpoint: Path | None) -> None:
     network = nd.model()
     model, optimizer = lite.setup(network, nd.optimizer(network.parameters()))
+    mesh = lite.device_mesh
+    assert mesh is not None
     report: dict[str, Any] = {"losses": [], "global_losses": [], "keys": sorted(model.state_dict()),
-                              "elements": sum(parameter.numel() for parameter in model.parameters())}
+                              "elements": sum(parameter.numel() for parameter in model.parameters()),
+                              "mesh": {"names": list(mesh.mesh_dim_names or ()), "shape": list(mesh.shape),
+                                       "ranks": mesh.mesh.tolist()}}
     first = 0
     if checkpoint is not None:
         first = lite.load(checkpoint, {"model": model, "optimizer": optimizer})["step"]

@@ -1,0 +1,92 @@
+"""``save_hyperparameters`` and ``hparams``, shared by :class:`core.Module` and :class:`core.DataModule`."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from core._errors import ConfigurationError, CoreError
+
+__all__ = ["AttributeDict"]
+
+
+class AttributeDict(dict[str, Any]):
+    """A dict whose keys read as attributes too: ``module.hparams.lr``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"No hyperparameter {name!r}; saved: {sorted(self)}.") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+def _hyperparameters_from_caller(frame: Any, ignore: Iterable[str]) -> dict[str, Any]:
+    """The arguments of the ``__init__`` that called ``save_hyperparameters``, with their current values."""
+    code = frame.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    values = {name: frame.f_locals[name] for name in names[1:] if name in frame.f_locals}  # drop self
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        has_varargs = bool(code.co_flags & inspect.CO_VARARGS)
+        keywords_name = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + has_varargs]
+        values.update(frame.f_locals.get(keywords_name, {}))
+    skipped = set(ignore)
+    return {name: value for name, value in values.items() if name not in skipped and not name.startswith("__")}
+
+
+class _HyperparametersMixin:
+    """``save_hyperparameters`` and ``hparams``, shared by :class:`Module` and :class:`DataModule`."""
+
+    def save_hyperparameters(
+        self, *args: Any, ignore: Sequence[str] | str | None = None, logger: bool = True
+    ) -> None:
+        """Record the constructor's arguments (or the names / mapping given) as ``self.hparams``.
+
+        :param args: Names of ``__init__`` arguments to keep, or one dict / ``argparse.Namespace``; none
+            means every argument.
+        :param ignore: Argument names to leave out (modules, datasets).
+        :param logger: Send them to the loggers when a run starts.
+
+        The Trainer writes them to every logger (``hparams.json``) and into checkpoints (values other than
+        numbers, strings, booleans, ``None`` and lists / dicts of those are stored as their ``repr``).
+        """
+        ignored = [ignore] if isinstance(ignore, str) else list(ignore or ())
+        if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):
+            given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else dict(args[0])
+            chosen = {name: value for name, value in given.items() if name not in ignored}
+        else:
+            frame = inspect.currentframe()
+            caller = frame.f_back if frame is not None else None
+            if caller is None:
+                raise CoreError("save_hyperparameters() could not find the __init__ that called it.")
+            try:
+                found = _hyperparameters_from_caller(caller, ignored)
+            finally:
+                del frame, caller
+            names = [name for name in args if isinstance(name, str)]
+            unknown = sorted(set(names) - set(found))
+            if unknown:
+                raise ConfigurationError(
+                    f"save_hyperparameters({', '.join(map(repr, names))}): {unknown} are not arguments of the "
+                    f"__init__ that called it; its arguments are {sorted(found)}."
+                )
+            chosen = {name: found[name] for name in names} if names else found
+        self.__dict__["_hparams"] = AttributeDict(chosen)
+        self.__dict__["_log_hyperparams"] = logger
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """What :meth:`save_hyperparameters` recorded (empty until it is called)."""
+        hparams: AttributeDict | None = self.__dict__.get("_hparams")
+        if hparams is None:
+            hparams = self.__dict__["_hparams"] = AttributeDict()
+        return hparams
+
+    @property
+    def hparams_for_loggers(self) -> AttributeDict:
+        """:attr:`hparams`, or nothing after ``save_hyperparameters(logger=False)``: what a run sends to the loggers."""
+        return self.hparams if self.__dict__.get("_log_hyperparams", True) else AttributeDict()
