@@ -39,7 +39,7 @@ from core.lite._wrappers import LiteDataLoader, LiteModule, LiteOptimizer, wrap_
 from core.registry._active import ActiveSet
 from core.registry._resolver import resolve
 from core.toolkit._checkpoint_state import PRECISION_KEY, Filter, is_stateful, restore, to_checkpoint
-from core.toolkit.strategies import ReplacedParameters
+from core.toolkit.strategies._sharding import ReplacedParameters  # the module alone: its package imports core
 from core.toolkit.tensors import apply_to_tensors
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeGuard
 import torch
 import torch.distributed as dist
 
-from core import ConfigurationError
+from core._errors import ConfigurationError
 from core.toolkit.tensors import apply_to_tensors
 
 if TYPE_CHECKING:
@@ -201,8 +201,6 @@ class ReplacedParameters:
 
     def point_optimizer(self, optimizer: torch.optim.Optimizer, alias: str) -> None:
         """Point an optimizer made before set-up at the replacements; refused once it holds state."""
-        from core import ConfigurationError
-
         if optimizer.state:
             raise ConfigurationError(
                 f"The optimizer already has state (it took a step before setup); with {alias!r} its state must be "
