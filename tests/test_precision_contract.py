@@ -7,6 +7,10 @@ plain checkpoint would not load (the key check would refuse the missing ``weight
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,17 +143,33 @@ def test_a_precision_returning_no_module_is_a_broken_plugin() -> None:
         lite.setup_module(torch.nn.Linear(2, 2))
 
 
+EMPTY_INIT_PROGRAM = """
+import torch
+import core
+from test_precision_contract import ScaledPrecision
+
+precision = ScaledPrecision()
+
+
+def run(lite):
+    with lite.init_module(empty_init=True):
+        model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 16))
+    on_meta = [parameter.is_meta for parameter in model.parameters()]
+    lite.setup_module(model)
+    return on_meta
+
+
+on_meta = core.Lite(accelerator="cpu", strategy="fsdp", devices=1, precision=precision).launch(run)
+print("empty:", all(on_meta) and bool(on_meta), "materialized:", precision.materialized)
+"""
+
+
 def test_an_empty_init_model_is_handed_back_once_the_strategy_gave_it_values() -> None:
-    precision = ScaledPrecision()
-
-    def run(lite: core.Lite) -> list[bool]:
-        with lite.init_module(empty_init=True):
-            model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 16))
-        on_meta = [parameter.is_meta for parameter in model.parameters()]
-        lite.setup_module(model)
-        return on_meta
-
-    # fsdp on one process (gloo) creates empty-init models on the meta device and materialises them at setup.
-    on_meta = core.Lite(accelerator="cpu", strategy="fsdp", devices=1, precision=precision).launch(run)
-    assert on_meta and all(on_meta), f"the model was not created empty: {on_meta}"
-    assert precision.materialized == 1, f"precision_module_materialized ran {precision.materialized} times"
+    # fsdp on one process (gloo) creates empty-init models on the meta device and materialises them at setup; in a
+    # process of its own, since the run leaves its process group to the module (and rank variables) behind.
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                                                 os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", EMPTY_INIT_PROGRAM], capture_output=True, text=True, timeout=300,
+                          env=environment)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "empty: True materialized: 1" in done.stdout, done.stdout + done.stderr[-2000:]
