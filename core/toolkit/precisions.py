@@ -52,24 +52,23 @@ def _as_patterns(value: object) -> object:
 class LinearFilter:
     """Which ``nn.Linear`` layers of a model a structural precision converts.
 
-    :param divisible_by: Both dimensions must be multiples of it (float8 matrix multiplications need 16).
-    :param min_weight_elements: A layer with fewer weights (``in_features * out_features``) is left as it is: for
-        small matrices the conversion costs more than the faster multiplication saves (torchtitan's rule leaves
-        out layers below about a million weights for the same reason). ``0`` converts every size.
-    :param skip_output_head: Leave out the model's last ``nn.Linear`` (the output head, whose precision matters
-        most for the loss), as torchtitan does.
-    :param exclude: Fully-qualified names (``model.named_modules()`` names) or glob patterns of layers to leave.
-    :param include: A function ``(module, fully_qualified_name) -> bool`` that must also say ``True``, for any
-        other rule.
+    ``LinearFilter(min_weight_elements=1 << 20, exclude=("lm_head",))``: each field below is an argument.
     """
 
     divisible_by: int = attrs.field(default=16, validator=lambda _, a, v: check_whole("LinearFilter", a.name, v, 1))
+    """Both dimensions must be multiples of it (float8 matrix multiplications need 16)."""
     min_weight_elements: int = attrs.field(
         default=0, validator=lambda _, a, v: check_whole("LinearFilter", a.name, v, 0)
     )
+    """A layer with fewer weights (``in_features * out_features``) is left as it is: for small matrices the conversion
+    costs more than the faster multiplication saves (torchtitan's rule leaves out layers below about a million
+    weights for the same reason). ``0`` converts every size."""
     skip_output_head: bool = True
+    """Leave out the model's last ``nn.Linear`` (the output head, whose precision matters most for the loss)."""
     exclude: tuple[str, ...] = attrs.field(default=(), converter=_as_patterns, validator=_check_patterns)
+    """Fully-qualified names (``model.named_modules()`` names) or glob patterns of layers to leave."""
     include: Callable[[torch.nn.Module, str], bool] | None = None
+    """A function ``(module, fully_qualified_name) -> bool`` that must also say ``True``, for any other rule."""
 
     def chosen(self, model: torch.nn.Module) -> list[str]:
         """The fully-qualified names of the layers of ``model`` this filter converts, in module order."""
