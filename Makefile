@@ -156,6 +156,8 @@ gpu-check:
 # Ignored by git; carried with `carry: [".gpu-wheels"]` (about 1.4 MB).
 GPU_WHEELS := .gpu-wheels
 GPU_WHEEL_PINS ?= pluggy==1.7.0 importlib-metadata==9.1.0 zipp==4.1.2 xxhash==4.1.0 setuptools==84.2.1
+# core-torchao for bench/gpu_gpt.py's float8 sections: torchao 0.18.0's cp310-abi3 manylinux wheel installs on 3.12.
+GPU_WHEEL_PINS += torchao==0.18.0
 gpu-wheels:
 	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
 	$(GPU_PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -112,11 +112,13 @@ PLUGINS: Final[dict[str, Entry]] = {
     **{
         name: Unsupported("plugins are chosen by alias, not constructed.", _ALIASES)
         for name in (
-            "MixedPrecision", "HalfPrecision", "DoublePrecision", "BitsandbytesPrecision",
-            "TransformerEnginePrecision", "CheckpointIO", "TorchCheckpointIO", "AsyncCheckpointIO",
-            "XLACheckpointIO",
+            "MixedPrecision", "HalfPrecision", "DoublePrecision", "CheckpointIO", "TorchCheckpointIO",
+            "AsyncCheckpointIO", "XLACheckpointIO",
         )
     },
+    # Precisions with options beyond an alias: Lightning's class, constructed, is the plugin object.
+    "BitsandbytesPrecision": Target("core_bitsandbytes", "BitsandbytesPrecision", "core-bitsandbytes"),
+    "TransformerEnginePrecision": Target("core.lightning._precisions", "TransformerEnginePrecision"),
     "ClusterEnvironment": Target("core.lightning._bases", "ClusterEnvironment"),
     "Precision": Target("core.lightning._bases", "Precision"),  # annotations; subclassing says what to do
 }
