@@ -212,9 +212,9 @@ def _canonical(name: str) -> str:
 
 
 def carried_pins(makefile: Path = ROOT / "Makefile") -> dict[str, str]:
-    """The wheels ``make gpu-wheels`` carries (its ``GPU_WHEEL_PINS``): name -> version."""
-    match = re.search(r"^GPU_WHEEL_PINS \??= (.+)$", makefile.read_text(), re.MULTILINE)
-    pins = match.group(1).split() if match else []
+    """The wheels ``make gpu-wheels`` carries (its ``GPU_WHEEL_PINS``, every ``?=`` and ``+=`` line): name -> version."""
+    lines = re.findall(r"^GPU_WHEEL_PINS (?:\?|\+)?= (.+)$", makefile.read_text(), re.MULTILINE)
+    pins = [pin for line in lines for pin in line.split()]
     return {_canonical(pin.split("==")[0]): pin.split("==")[1] for pin in pins if "==" in pin}
 
 
