@@ -212,7 +212,7 @@ def _canonical(name: str) -> str:
 
 
 def carried_pins(makefile: Path = ROOT / "Makefile") -> dict[str, str]:
-    """The wheels ``make gpu-wheels`` carries (its ``GPU_WHEEL_PINS``, every ``?=`` and ``+=`` line): name -> version."""
+    """The wheels ``make gpu-wheels`` carries (every ``GPU_WHEEL_PINS`` line, ``?=`` and ``+=``): name -> version."""
     lines = re.findall(r"^GPU_WHEEL_PINS (?:\?|\+)?= (.+)$", makefile.read_text(), re.MULTILINE)
     pins = [pin for line in lines for pin in line.split()]
     return {_canonical(pin.split("==")[0]): pin.split("==")[1] for pin in pins if "==" in pin}
