@@ -10,66 +10,16 @@ from __future__ import annotations
 
 import ast
 import builtins
-import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
-from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ALIASES = {
-    "lightning": "core.lightning",
-    "lightning_fabric": "core.lightning.fabric",
-    "pytorch_lightning": "core.lightning.pytorch",
-}
-"""Lightning's three package names, and the module of core that answers each."""
+import core.lightning
 
-
-def _target(fullname: str) -> str | None:
-    for alias, target in ALIASES.items():
-        if fullname == alias or fullname.startswith(alias + "."):
-            return target + fullname[len(alias):]
-    return None
-
-
-class _AliasLoader(importlib.abc.Loader):
-    """Loads ``lightning.x`` as the module object ``core.lightning.x`` itself (one module, two names)."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.original_spec: importlib.machinery.ModuleSpec | None = None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        module = importlib.import_module(self.target)
-        self.original_spec = module.__spec__
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__spec__ = self.original_spec  # the import system set the alias's spec; keep the real one
-
-
-class LightningAlias(importlib.abc.MetaPathFinder):
-    """``lightning``, ``lightning_fabric``, ``pytorch_lightning`` and their submodules, as ``core.lightning``'s."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        real = _target(fullname)
-        if real is None:
-            return None
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(real), is_package=True)
-
-
-def install_alias() -> None:
-    """Put the alias first on ``sys.meta_path`` (a real ``lightning`` installed here is never used)."""
-    for name in [n for n in sys.modules if _target(n) is not None and not n.startswith("core.")]:
-        del sys.modules[name]
-    if not any(isinstance(finder, LightningAlias) for finder in sys.meta_path):
-        sys.meta_path.insert(0, LightningAlias())
+# The alias is core's supported one (core.lightning.install_alias, also what the core-lightning-alias distribution
+# calls): a real ``lightning`` installed here is never used.
+install_alias = core.lightning.install_alias
 
 
 class RefusedImport:
