@@ -18,6 +18,7 @@ sockets of a job's processes, for tests that it stays on loopback; needs psutil)
 from core.testing._accelerator import AcceleratorConformance
 from core.testing._base import Conformance
 from core.testing._checkpoint_io import CheckpointIOConformance
+from core.testing._distributed import DistributedRunConformance
 from core.testing._environment import EnvironmentConformance
 from core.testing._extension import ExtensionConformance
 from core.testing._precision import PrecisionConformance
@@ -27,6 +28,7 @@ __all__ = [
     "AcceleratorConformance",
     "CheckpointIOConformance",
     "Conformance",
+    "DistributedRunConformance",
     "EnvironmentConformance",
     "ExtensionConformance",
     "PrecisionConformance",
