@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from test_docs_site import nav_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -20,16 +21,6 @@ DOCS = ROOT / "docs"
 PRIVATE_MODULE = re.compile(
     r"\bcore(?:_[a-z_]+)?(?:\.[A-Za-z][A-Za-z0-9_]*)*\._[A-Za-z][A-Za-z0-9_]*|\bcore[./]builtin\b"
 )
-
-
-def pages_under(entries: Any) -> list[str]:
-    if isinstance(entries, str):
-        return [entries]
-    if isinstance(entries, list):
-        return [page for entry in entries for page in pages_under(entry)]
-    if isinstance(entries, dict):
-        return [page for value in entries.values() for page in pages_under(value)]
-    return []
 
 
 def section(entries: list[Any], *titles: str) -> list[Any]:
@@ -43,8 +34,8 @@ def section(entries: list[Any], *titles: str) -> list[Any]:
 
 def plugin_author_pages() -> set[str]:
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
-    return set(pages_under(section(nav, "Plugin tutorials"))) | set(
-        pages_under(section(nav, "Reference", "For plugin authors"))
+    return set(nav_pages(section(nav, "Plugin tutorials"))) | set(
+        nav_pages(section(nav, "Reference", "For plugin authors"))
     )
 
 
