@@ -80,7 +80,7 @@ class DistributedRunConformance(Conformance):
     job_timeout: ClassVar[float] = JOB_TIMEOUT
     """Seconds the whole job may take before it is killed and its tests fail (raise it for a slow device)."""
     launcher: ClassVar[tuple[str, ...]] = ()
-    """A command that starts the job's ranks itself, put before ``python -m core.testing._worker``
+    """A command that starts the job's ranks itself, put before the kit's ``python -m`` command for a rank
     (``("horovodrun", "-np", "2", "-H", "localhost:2", "--gloo")``); empty: the strategy launches them."""
 
     def job_settings(self) -> dict[str, Any]:
