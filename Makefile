@@ -138,14 +138,15 @@ GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
 gpu-check:
 	$(GPU_PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
-# The wheels the GPU image lacks, for its Python 3.12: importlib-metadata (core's metadata reader) with zipp, xxhash
-# (the image has one, of a version nobody has read; core needs >= 3.0, and a cp312 manylinux wheel exists), and
+# The wheels the GPU image lacks, for its Python 3.12: pluggy (the image has 1.6.0, core needs >= 1.7),
+# importlib-metadata (core's metadata reader) with zipp, xxhash (the image has one, of a version nobody has read; core needs >= 3.0, and a cp312 manylinux wheel exists), and
 # setuptools (>= 77 reads the root pyproject's license string), used only to build the working tree there. Everything
-# else core and the checks import is in that image (pluggy, attrs, packaging, pytest, pytest-xdist, pytest-timeout,
-# hypothesis, psutil, scikit-learn, lightning, accelerate); the install phase checks every requirement's version.
+# else core and the checks import is in that image (attrs, packaging, pytest, pytest-xdist, pytest-timeout,
+# hypothesis, psutil, scikit-learn, lightning, accelerate); the install phase checks every requirement's version there,
+# and the dry run checks them against scripts/gpu_image.json (the image's recorded packages) here.
 # Ignored by git; carried with `carry: [".gpu-wheels"]` (about 1.4 MB).
 GPU_WHEELS := .gpu-wheels
-GPU_WHEEL_PINS ?= importlib-metadata==9.1.0 zipp==4.1.2 xxhash==4.1.0 setuptools==84.2.1
+GPU_WHEEL_PINS ?= pluggy==1.7.0 importlib-metadata==9.1.0 zipp==4.1.2 xxhash==4.1.0 setuptools==84.2.1
 gpu-wheels:
 	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
 	$(GPU_PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

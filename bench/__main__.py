@@ -25,6 +25,7 @@ BENCHMARKS = {
     "checkpoints": ("bench.checkpoints", 200, 8),
     "distributed_save": ("bench.distributed_save", 200, 8),
     "memory": ("bench.memory", 24, 1),
+    "activations": ("bench.activations", 6, 2),
     "gpt": ("bench.gpt", 20, 3),
     "disk": ("bench.disk", 1024, 8),
     "safetensors_io": ("bench.safetensors_io", 512, 8),

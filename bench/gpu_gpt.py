@@ -8,7 +8,10 @@ Every configuration trains the same model from the same initial weights on the s
 seed, no download) under ``bf16-mixed`` autocast with AdamW (``fused=True`` on CUDA). The runners are a raw
 PyTorch loop, ``Lite`` (``single_device``), Lightning Fabric and HF Accelerate (each skipped with its reason where
 it is not importable), first eager, then ``torch.compile``'d (compiled before ``setup`` / ``prepare``, as each
-documents); then ``Lite`` ``fsdp`` on a world of size 1 (NCCL) against the raw loop. Within a section all runners
+documents); then ``Lite`` ``fsdp`` on a world of size 1 (NCCL) against the raw loop and against a hand-written
+FSDP2 loop with the same ``MixedPrecisionPolicy`` (the like-for-like comparison), with Lite's fsdp with every Block
+activation-checkpointed beside them (tokens/s and peak memory), once at the batch and once at twice the batch. Within
+a section all runners
 live in the process at once and take turns: each round runs one block of timed steps per runner, in an order
 rotated every round, so a drift of the card (clocks, temperature) lands on every runner alike. Warm-up steps
 (which include compilation) are never timed. The ratios are the medians of the per-round ratios to the raw
@@ -165,6 +168,7 @@ class Runner:
     peak_above_start: list[int] = field(default_factory=list)
     resident_bytes: int = 0
     skipped: str = ""  # why it was not measured, when it was not
+    batch_scale: int = 1  # sequences per step over the plan's batch (the doubled-batch runner: 2)
 
 
 def _local_bytes(tensor: torch.Tensor) -> int:
@@ -190,6 +194,12 @@ def raw_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.dev
     model.load_state_dict(weights)
     forward: nn.Module = torch.compile(model) if compile else model  # type: ignore[assignment]
     optimizer = _adamw(model, device)
+    return Runner("raw", _autocast_step(forward, optimizer, device), _state_of(model, optimizer))
+
+
+def _autocast_step(forward: nn.Module, optimizer: torch.optim.Optimizer,
+                   device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """A hand-written training step: forward under bf16 autocast, backward, AdamW."""
 
     def step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -198,7 +208,7 @@ def raw_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.dev
         loss_of(logits, targets).backward()
         optimizer.step()
 
-    return Runner("raw", step, _state_of(model, optimizer))
+    return step
 
 
 def lite_runner(lite: Any, shape: Shape, weights: dict[str, torch.Tensor], compile: bool, name: str) -> Runner:
@@ -281,7 +291,7 @@ SECTIONS = ("eager", "fsdp", "compiled")
 def configurations(sections: tuple[str, ...]) -> list[str]:
     """The runner names of each section, as ``--list`` prints them."""
     names = {"eager": ["raw", "lite", "fabric", "accelerate"], "compiled": ["raw", "lite", "fabric", "accelerate"],
-             "fsdp": ["raw", "lite_fsdp"]}
+             "fsdp": ["raw", "lite_fsdp", *FSDP_RUNNERS]}
     return [f"{section}/{name}" for section in sections for name in names[section]]
 
 
@@ -350,7 +360,7 @@ def summarize(section: str, runners: list[Runner], plan: Plan, peak: float | Non
     rows = []
     for runner in runners:
         step_s = statistics.median(runner.block_seconds) / plan.steps
-        tokens_per_s = tokens_per_step / step_s
+        tokens_per_s = tokens_per_step * runner.batch_scale / step_s
         peak_bytes = runner.resident_bytes + max(runner.peak_above_start) if runner.peak_above_start else None
         rows.append({
             "section": section, "runner": runner.name, "status": "ok", "tokens_per_s": tokens_per_s,
@@ -366,9 +376,10 @@ def paired_ratios(section: str, runners: list[Runner]) -> list[dict[str, Any]]:
     """Each runner's tokens/s against the raw loop's and Lite's against each peer: medians of per-round ratios."""
     by_name = {runner.name: runner for runner in runners}
 
-    def ratio(ours: str, theirs: str) -> float:  # tokens/s ours / theirs = block time theirs / ours
+    def ratio(ours: str, theirs: str) -> float:  # tokens/s ours / theirs = block time theirs / ours (per token)
         pairs = zip(by_name[theirs].block_seconds, by_name[ours].block_seconds, strict=True)
-        return statistics.median(theirs_s / ours_s for theirs_s, ours_s in pairs)
+        scale = by_name[ours].batch_scale / by_name[theirs].batch_scale
+        return statistics.median(scale * theirs_s / ours_s for theirs_s, ours_s in pairs)
 
     lite = "lite_fsdp" if section == "fsdp" else "lite"
     out = []
@@ -378,6 +389,8 @@ def paired_ratios(section: str, runners: list[Runner]) -> list[dict[str, Any]]:
             value = ratio(name, "raw")
             out.append({"name": f"{section}: {name} vs raw, tokens/s", "ratio": value, "target": target,
                         "met": value >= 0.99 if target != "report" else None})
+    if section == "fsdp":
+        out += fsdp_ratios(by_name, ratio)
     for peer in PEERS:
         if lite in by_name and peer in by_name:
             value = ratio(lite, peer)
@@ -424,7 +437,78 @@ def fsdp_section(lite: Any, plan: Plan, weights: dict[str, torch.Tensor], result
     _build("raw", lambda: raw_runner(plan.shape, weights, plan.device, False), runners, skipped, "fsdp", log)
     _build("lite_fsdp", lambda: lite_runner(lite, plan.shape, weights, False, "lite_fsdp"), runners, skipped,
            "fsdp", log)
+    build_fsdp_runners(lite, plan, weights, runners, skipped, log)
     _measure("fsdp", runners, plan, result, log)
+
+
+# ------------------------------------------------------------ fsdp: hand-written FSDP2 and activation checkpointing
+
+FSDP_RUNNERS = ("fsdp2", "lite_fsdp_ac", "lite_fsdp_ac_2x")
+"""Beside raw and Lite's fsdp: a hand-written FSDP2 loop with Lite's default policy (the like-for-like comparison),
+Lite's fsdp with every Block checkpointed, and that with the batch doubled (what the memory freed buys)."""
+
+
+def fsdp2_runner(lite: Any, shape: Shape, weights: dict[str, torch.Tensor]) -> Runner:
+    """FSDP2 by hand, as Lite's fsdp does it for bf16-mixed: ``fully_shard`` per Block and the root with
+    ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, the forward under bf16 autocast, fused AdamW.
+    It runs in Lite's launched function only to share its process group (world size 1); Lite touches nothing."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    device = lite.device
+    model = GPT(shape).to(device)
+    model.load_state_dict(weights)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model.layers:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    optimizer = _adamw(model, device)
+    return Runner("fsdp2", _autocast_step(model, optimizer, device), _state_of(model, optimizer))
+
+
+def lite_ac_runner(lite: Any, shape: Shape, weights: dict[str, torch.Tensor], batch_scale: int) -> Runner:
+    """Lite's fsdp with every Block checkpointed (what ``FSDPStrategy(activation_checkpointing_policy={Block})``
+    applies at set-up; applied here before ``lite.setup`` so one launch holds every runner). With ``batch_scale`` 2
+    each step trains on the batch twice over (two copies side by side): twice the activations, checkpointed."""
+    from core.toolkit.strategies import checkpoint_activations
+
+    model: nn.Module = GPT(shape).to(lite.device)
+    model.load_state_dict(weights)
+    checkpoint_activations(model, {Block})
+    model, optimizer = lite.setup(model, _adamw(model, lite.device))
+
+    def step(tokens: torch.Tensor, targets: torch.Tensor) -> None:
+        if batch_scale > 1:
+            tokens, targets = tokens.repeat(batch_scale, 1), targets.repeat(batch_scale, 1)
+        optimizer.zero_grad(set_to_none=True)
+        lite.backward(loss_of(model(tokens), targets))
+        optimizer.step()
+
+    name = "lite_fsdp_ac" if batch_scale == 1 else f"lite_fsdp_ac_{batch_scale}x"
+    return Runner(name, step, _state_of(model, optimizer), batch_scale=batch_scale)
+
+
+def build_fsdp_runners(lite: Any, plan: Plan, weights: dict[str, torch.Tensor], runners: list[Runner],
+                       skipped: list[dict[str, str]], log: Callable[[str], None]) -> None:
+    _build("fsdp2", lambda: fsdp2_runner(lite, plan.shape, weights), runners, skipped, "fsdp", log)
+    for scale in (1, 2):
+        name = "lite_fsdp_ac" if scale == 1 else "lite_fsdp_ac_2x"
+        _build(name, lambda scale=scale: lite_ac_runner(lite, plan.shape, weights, scale),  # type: ignore[misc]
+               runners, skipped, "fsdp", log)
+
+
+def fsdp_ratios(by_name: dict[str, Runner], ratio: Callable[[str, str], float]) -> list[dict[str, Any]]:
+    """Lite's fsdp against the hand-written FSDP2 loop with the same policy (target >= 0.99: Lite adds no overhead),
+    and what activation checkpointing costs in tokens/s (reported; its peak memory is in the rows)."""
+    out: list[dict[str, Any]] = []
+    if "lite_fsdp" in by_name and "fsdp2" in by_name:
+        value = ratio("lite_fsdp", "fsdp2")
+        out.append({"name": "fsdp: lite_fsdp vs hand-written FSDP2 (same MixedPrecisionPolicy), tokens/s",
+                    "ratio": value, "target": ">= 0.99 (within 1 % of FSDP2 by hand)", "met": value >= 0.99})
+    for name in ("lite_fsdp_ac", "lite_fsdp_ac_2x"):
+        if "lite_fsdp" in by_name and name in by_name:
+            out.append({"name": f"fsdp: {name} vs lite_fsdp, tokens/s", "ratio": ratio(name, "lite_fsdp"),
+                        "target": "report (recomputing every Block costs about one forward)", "met": None})
+    return out
 
 
 def _measure(section: str, runners: list[Runner], plan: Plan, result: dict[str, Any],
@@ -516,7 +600,7 @@ def alarm(seconds: float) -> Iterator[None]:
 
 # Seconds a section is expected to need at the GPT-2-small size on an H100 (warm-up and compilation included);
 # a section starts only if this much of the budget is left.
-SECTION_ESTIMATE_S = {"eager": 25.0, "fsdp": 20.0, "compiled": 70.0}  # compiled: at least raw and Lite
+SECTION_ESTIMATE_S = {"eager": 25.0, "fsdp": 40.0, "compiled": 70.0}  # compiled: at least raw and Lite
 
 
 def _versions() -> dict[str, str]:

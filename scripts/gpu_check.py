@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -199,8 +200,97 @@ def for_this_interpreter(wheels: list[Path]) -> tuple[list[Path], list[Path]]:
     return fitting, [wheel for wheel in wheels if wheel not in fitting]
 
 
+# ------------------------------------------------------------------------------------- the image's packages
+
+IMAGE = ROOT / "scripts" / "gpu_image.json"
+"""What is known of the GPU image's packages (partial until recorded there: ``gpu-image.json`` under --out)."""
+_OWN = re.compile(r"^core(-[a-z0-9-]+)?$")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def carried_pins(makefile: Path = ROOT / "Makefile") -> dict[str, str]:
+    """The wheels ``make gpu-wheels`` carries (its ``GPU_WHEEL_PINS``): name -> version."""
+    match = re.search(r"^GPU_WHEEL_PINS \??= (.+)$", makefile.read_text(), re.MULTILINE)
+    pins = match.group(1).split() if match else []
+    return {_canonical(pin.split("==")[0]): pin.split("==")[1] for pin in pins if "==" in pin}
+
+
+def distribution_requirements(distributions: tuple[str, ...] = DISTRIBUTIONS) -> list[tuple[str, str]]:
+    """``(distribution, requirement)`` for every dependency of core and the plugins the check installs, but each
+    other: what the image (or the carried wheels) must provide."""
+    # Python >= 3.11 (the GPU machine has 3.12); mypy checks for 3.10.
+    import tomllib  # type: ignore[import-not-found,unused-ignore]
+
+    found = []
+    for directory in distributions:
+        project = tomllib.loads((ROOT / directory / "pyproject.toml").read_text())["project"]
+        for requirement in project.get("dependencies", []):
+            name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+            if not _OWN.match(_canonical(name)):
+                found.append((project["name"], requirement))
+    return found
+
+
+def requirements_against_image(image: dict[str, object], pins: dict[str, str],
+                               requirements: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """Check each requirement against a carried wheel, else the image's version: ``(problems, unverified)``.
+
+    A problem is a requirement neither meets (the package absent, or its version outside the range): the install
+    on the GPU machine would fail on it. Unverified: present in the image, version not recorded (a partial record).
+    """
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    packages = {_canonical(name): version for name, version in dict(image["packages"]).items()}  # type: ignore[call-overload]
+    problems, unverified = [], []
+    for owner, line in requirements:
+        requirement = Requirement(line)
+        name = _canonical(requirement.name)
+        carried = pins.get(name)
+        version = carried if carried is not None else packages.get(name, "absent")
+        if version == "absent":
+            problems.append(f"{line} (needed by {owner}): not in the image and not carried; add it to GPU_WHEEL_PINS")
+        elif version is None:
+            unverified.append(f"{line} (needed by {owner}): in the image, version not recorded")
+        elif not requirement.specifier.contains(Version(str(version).split("+")[0]), prereleases=True):
+            where = "carried" if carried is not None else "in the image"
+            problems.append(f"{line} (needed by {owner}): {version} {where}; carry a matching wheel (GPU_WHEEL_PINS)")
+    return problems, unverified
+
+
+def check_image(outcome: Outcome) -> bool:
+    """Add the requirements check against :data:`IMAGE` to ``outcome``; whether every requirement is met."""
+    image = json.loads(IMAGE.read_text())
+    problems, unverified = requirements_against_image(image, carried_pins(), distribution_requirements())
+    partial = " (partial record)" if image.get("partial") else ""
+    outcome.detail.append(f"requirements against {IMAGE.name}{partial}: {len(problems)} unmet, "
+                          f"{len(unverified)} unverified")
+    outcome.detail += [f"unmet: {problem}" for problem in problems]
+    outcome.detail += [f"unverified: {line}" for line in unverified]
+    return not problems
+
+
+def record_image(python: str, out: Path) -> None:
+    """On the GPU machine: its whole package list, as ``pip list --format json``, to ``out/gpu-image.json``."""
+    listed = subprocess.run([python, "-m", "pip", "list", "--format", "json", "--disable-pip-version-check"],
+                            capture_output=True, text=True, timeout=60)
+    if listed.returncode == 0:
+        packages = {row["name"]: row["version"] for row in json.loads(listed.stdout)}
+        record = {"about": "pip list of the GPU image, written by scripts/gpu_check.py", "partial": False,
+                  "python": sys.version.split()[0], "packages": packages, "absent": []}
+        (out / "gpu-image.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
 def install(site: Path, build: Path, python: str, log: Path, budget_s: float, dry_run: bool) -> Outcome:
     outcome = Outcome("install")
+    if dry_run and not check_image(outcome):  # the next mismatch with the GPU image fails here, in CI
+        outcome.status = "failed"
+        return outcome
+    if not dry_run:
+        record_image(python, log.parent)
     deadline = time.perf_counter() + budget_s
     wheels, foreign = for_this_interpreter(sorted(WHEELS.glob("*.whl")) if WHEELS.is_dir() else [])
     if foreign:  # .gpu-wheels holds cp312 builds; a dry run on another Python leaves them out

@@ -154,6 +154,8 @@ HEAVY_FILES = {
     "plugins/core-ddp/tests/test_ddp_clean_exit.py": 45.0,
     "tests/test_dist.py": 90.0,
     "tests/test_gpu_check.py": 40.0,
+    "tests/test_activation_checkpointing_jobs.py": 170.0,
+    "tests/test_activation_checkpointing.py": 40.0,
     "plugins/core-slurm/tests/test_slurm_preemption.py": 110.0,
     "tests/test_template.py": 60.0,
     "tests/test_conformance_kit.py": 40.0,

@@ -120,12 +120,15 @@ def test_the_gpu_benchmark_runs_at_a_tiny_size_on_the_cpu(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     results = json.loads((tmp_path / "gpu-results.json").read_text())
     measured = {(row["section"], row["runner"]): row for row in results["rows"]}
-    assert {("eager", "raw"), ("eager", "lite"), ("fsdp", "raw"), ("fsdp", "lite_fsdp")} <= set(measured)
+    assert {("eager", "raw"), ("eager", "lite"), ("fsdp", "raw"), ("fsdp", "lite_fsdp"), ("fsdp", "fsdp2"),
+            ("fsdp", "lite_fsdp_ac"), ("fsdp", "lite_fsdp_ac_2x")} <= set(measured)
     for row in measured.values():
         assert row["tokens_per_s"] > 0 and row["step_ms"] > 0
         assert len(row["block_ms_per_step"]) == results["plan"]["rounds"]
     names = {comparison["name"] for comparison in results["comparisons"]}
-    assert {"eager: lite vs raw, tokens/s", "fsdp: lite_fsdp vs raw, tokens/s"} <= names
+    assert {"eager: lite vs raw, tokens/s", "fsdp: lite_fsdp vs raw, tokens/s",
+            "fsdp: lite_fsdp vs hand-written FSDP2 (same MixedPrecisionPolicy), tokens/s",
+            "fsdp: lite_fsdp_ac_2x vs lite_fsdp, tokens/s"} <= names
     for peer, module in (("fabric", "lightning"), ("accelerate", "accelerate")):
         if importlib.util.find_spec(module) is None:
             assert {"config": f"eager/{peer}", "reason": f"{module} is not importable here"} in results["skipped"]

@@ -176,3 +176,44 @@ def test_a_further_check_and_the_platform_are_asked_once(engines_path: Path) -> 
     assert elsewhere.unavailable_reason() == (
         f"P2P runs on plan9 only (its daemon is built for it only), and this is {sys.platform!r}"
     )
+
+
+def test_require_accelerator_returns_when_usable_and_names_the_way_out_when_not() -> None:
+    core.toolkit.require_accelerator("cuda", "core-cuda", None)
+    with pytest.raises(core.PluginUnavailableError) as raised:
+        core.toolkit.require_accelerator("cuda", "core-cuda", "no CUDA device is visible")
+    assert str(raised.value) == (
+        "The accelerator 'cuda' (core-cuda) is installed but cannot run here: no CUDA device is visible. Use "
+        "accelerator='cpu', or accelerator='auto' to take the best one available; python -m core.plugins --check "
+        "shows what is usable."
+    )
+
+
+def test_raise_if_mismatched_counts_missing_keys_only_when_strict_and_agrees_in_number() -> None:
+    from core.toolkit.checkpoint import raise_if_mismatched
+
+    raise_if_mismatched("The weights 'w'", "the files", "Linear", wrong=[], absent=["a"], extra=[], strict=False)
+    with pytest.raises(core.CheckpointError) as raised:
+        raise_if_mismatched(
+            "The weights 'w'", "the files", "Linear",
+            wrong=[], absent=["a", "b", "c"], extra=["z"], strict=True, shown=2, plural=True,
+        )
+    assert str(raised.value) == (
+        "The weights 'w' do not fit the Linear: 3 key(s) the module has and the files lack: ['a', 'b']; "
+        "1 key(s) the files have and the module lacks: ['z']. Build the module as it was when saved, or load with "
+        "strict=False."
+    )
+    with pytest.raises(core.CheckpointError, match=r"^The checkpoint 'c' does not fit the Linear: 1 tensor\(s\) "
+                       r"of another shape: w: \(1,\) vs \(2,\)\. Build the module as it was when saved\.$"):
+        raise_if_mismatched("The checkpoint 'c'", "the checkpoint", "Linear",
+                            wrong=["w: (1,) vs (2,)"], absent=[], extra=[], strict=False)
+
+
+def test_set_rendezvous_exports_address_and_port_and_restore_undoes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MASTER_ADDR", "before")
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    exported = core.toolkit.ExportedVariables()
+    exported.set_rendezvous("10.0.0.1", 29511)
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("10.0.0.1", "29511")
+    exported.restore()
+    assert os.environ["MASTER_ADDR"] == "before" and "MASTER_PORT" not in os.environ

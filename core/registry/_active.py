@@ -13,6 +13,11 @@ if TYPE_CHECKING:
     import torch
 
 
+def _selected(kind: str) -> property:
+    """A read-only attribute for the run's plugin object of one kind (``active.strategy``)."""
+    return property(lambda active: active.plugins[kind], doc=f"The run's {kind} plugin object.")
+
+
 class ActiveSet:
     """One accelerator, strategy, precision, environment and checkpoint_io object, plus extensions.
 
@@ -37,25 +42,11 @@ class ActiveSet:
         self.device: torch.device | None = None
         self._cluster: ClusterInfo | None = None
 
-    @property
-    def accelerator(self) -> object:
-        return self.plugins["accelerator"]
-
-    @property
-    def strategy(self) -> object:
-        return self.plugins["strategy"]
-
-    @property
-    def precision(self) -> object:
-        return self.plugins["precision"]
-
-    @property
-    def environment(self) -> object:
-        return self.plugins["environment"]
-
-    @property
-    def checkpoint_io(self) -> object:
-        return self.plugins["checkpoint_io"]
+    accelerator = _selected("accelerator")
+    strategy = _selected("strategy")
+    precision = _selected("precision")
+    environment = _selected("environment")
+    checkpoint_io = _selected("checkpoint_io")
 
     @property
     def cluster(self) -> ClusterInfo:

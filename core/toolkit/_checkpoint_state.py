@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from core._errors import CheckpointError, ConfigurationError
@@ -144,6 +144,49 @@ def _shape(value: Any) -> str:
     return str(tuple(shape)) if shape is not None else type(value).__name__
 
 
+def raise_if_mismatched(
+    subject: str,
+    source: str,
+    target: str,
+    *,
+    wrong: Sequence[str],
+    absent: Sequence[str],
+    extra: Sequence[str],
+    strict: bool,
+    shown: int = 5,
+    plural: bool = False,
+) -> None:
+    """Raise :class:`core.CheckpointError` saying why saved tensors do not fit a module; return when they do.
+
+    The one message for a state dict that cannot be loaded, whatever wrote it: tensors of another shape always
+    count; keys the module has and the saved state lacks (``absent``), or the reverse (``extra``), count only
+    when ``strict``. Each list is cut to ``shown`` entries, and the message ends with the fix.
+
+    :param subject: What was saved, starting the message (``"The checkpoint 'last.ckpt'"``).
+    :param source: The same, as named inside the message (``"the checkpoint"``, ``"the files"``).
+    :param target: What it was loaded into (``"Linear"``).
+    :param wrong: One entry per tensor of another shape (``"0.weight: checkpoint (2, 3) vs module (4, 3)"``).
+    :param absent: The keys the module has and the saved state lacks.
+    :param extra: The keys the saved state has and the module lacks.
+    :param strict: Whether ``absent`` and ``extra`` keys are an error (as ``load_state_dict(strict=...)``).
+    :param shown: How many entries of each list the message names.
+    :param plural: Whether ``subject`` and ``source`` are plural (``"The weights ..."``: "do not fit", "lack").
+    """
+    lack, have, fit = ("lack", "have", "do not fit") if plural else ("lacks", "has", "does not fit")
+    problems = []
+    if wrong:
+        problems.append(f"{len(wrong)} tensor(s) of another shape: " + "; ".join(wrong[:shown]))
+    if strict and absent:
+        problems.append(f"{len(absent)} key(s) the module has and {source} {lack}: {list(absent[:shown])}")
+    if strict and extra:
+        problems.append(f"{len(extra)} key(s) {source} {have} and the module lacks: {list(extra[:shown])}")
+    if problems:
+        raise CheckpointError(
+            f"{subject} {fit} the {target}: " + "; ".join(problems)
+            + ". Build the module as it was when saved" + ("" if wrong else ", or load with strict=False") + "."
+        )
+
+
 def _check_fits(target: Any, saved: Any, strict: bool, where: str) -> None:
     """Raise :class:`CheckpointError` when ``saved`` cannot be loaded into ``target``; load nothing."""
     import torch
@@ -164,18 +207,10 @@ def _check_fits(target: Any, saved: Any, strict: bool, where: str) -> None:
         ]
         absent = [name for name in expected if name not in saved]
         extra = [name for name in saved if name not in expected]
-        problems = []
-        if wrong:
-            problems.append(f"{len(wrong)} tensor(s) of another shape: " + "; ".join(wrong[:_SHOWN]))
-        if strict and absent:
-            problems.append(f"{len(absent)} key(s) the module has and the checkpoint lacks: {absent[:_SHOWN]}")
-        if strict and extra:
-            problems.append(f"{len(extra)} key(s) the checkpoint has and the module lacks: {extra[:_SHOWN]}")
-        if problems:
-            raise CheckpointError(
-                f"The checkpoint {where} does not fit the {_name(target)}: " + "; ".join(problems)
-                + ". Build the module as it was when saved" + ("" if wrong else ", or load with strict=False") + "."
-            )
+        raise_if_mismatched(
+            f"The checkpoint {where}", "the checkpoint", _name(target),
+            wrong=wrong, absent=absent, extra=extra, strict=strict, shown=_SHOWN,
+        )
     elif isinstance(target, torch.optim.Optimizer):
         if not isinstance(saved.get("state"), Mapping):
             raise CheckpointError(

@@ -12,7 +12,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from core._errors import ConfigurationError
 from core._markers import hookimpl
@@ -48,7 +48,8 @@ class DirectoryCheckpointIO:
 
     A subclass sets :attr:`name` (its alias), implements ``checkpoint_io_save`` and ``checkpoint_io_load`` with
     :meth:`local_target`, :meth:`partial_directory`, :meth:`barrier` and :func:`install_directory`, and may set
-    :attr:`url_hint`, the advice given when a path is a URL.
+    :attr:`url_hint`, the advice given when a path is a URL, and :attr:`options_hint`, the advice given for
+    ``storage_options`` (:meth:`save_target` refuses them).
     """
 
     kind: Final = "checkpoint_io"
@@ -56,6 +57,8 @@ class DirectoryCheckpointIO:
     writes_shards: Final = True
     """Strategies read this: every rank may call ``checkpoint_io_save`` with its shards of the state."""
     url_hint: ClassVar[str] = "Mount the storage, or use plugins=['torch'], which takes URLs."
+    options_hint: ClassVar[str] = "configure it with its constructor's arguments"
+    """What :meth:`save_target` advises instead of per-save ``storage_options``."""
 
     def __init__(self, *, checksums: bool = True) -> None:
         if not isinstance(checksums, bool):
@@ -76,6 +79,19 @@ class DirectoryCheckpointIO:
                 f"{path!r}. {self.url_hint}"
             )
         return target
+
+    def save_target(self, path: str, storage_options: Any | None) -> Path:
+        """:meth:`local_target` for ``checkpoint_io_save``, refusing ``storage_options`` with :attr:`options_hint`.
+
+        A directory checkpoint_io is configured when it is built, not per save: any ``storage_options`` is a
+        :class:`core.ConfigurationError`.
+        """
+        if storage_options is not None:
+            raise ConfigurationError(
+                f"The {self.name!r} checkpoint_io takes no storage_options, got {storage_options!r}; "
+                f"{self.options_hint}."
+            )
+        return self.local_target(path)
 
     def barrier(self, name: str) -> None:
         """Wait for every rank: through the run's strategy inside a run, ``torch.distributed`` outside one."""

@@ -96,3 +96,21 @@ class OptionalEngine:
         """``<module>.<name>``, after the same check as :meth:`load` (for engines that ship no type information)."""
         self.load()
         return importlib.import_module(f"{self.module}.{name}")
+
+
+def require_accelerator(alias: str, distribution: str, reason: str | None) -> None:
+    """Raise :class:`core.PluginUnavailableError` when an accelerator cannot run here; return when it can.
+
+    What an accelerator plugin calls before it touches its devices: the message names the alias, its distribution
+    and the reason, and points to ``accelerator='cpu'``, ``'auto'`` and ``python -m core.plugins --check``.
+
+    :param alias: The accelerator's alias (``"cuda"``).
+    :param distribution: The distribution it comes from (``"core-cuda"``).
+    :param reason: The plugin's ``unavailable_reason()``: ``None`` when it can run, else one sentence saying why.
+    """
+    if reason is not None:
+        raise PluginUnavailableError(
+            f"The accelerator {alias!r} ({distribution}) is installed but cannot run here: {reason}. Use "
+            f"accelerator='cpu', or accelerator='auto' to take the best one available; "
+            f"python -m core.plugins --check shows what is usable."
+        )

@@ -18,7 +18,8 @@ class ExportedVariables:
     restored to their previous values (or removed) by :meth:`restore`, which teardown calls.
 
     A public helper for environment plugins: ``self.exported = ExportedVariables()``, then
-    ``self.exported.set("MASTER_ADDR", address)`` and ``self.exported.restore()`` in ``environment_teardown``.
+    ``self.exported.set("MASTER_ADDR", address)`` (or :meth:`set_rendezvous` for the address and port together) and
+    ``self.exported.restore()`` in ``environment_teardown``.
     """
 
     def __init__(self) -> None:
@@ -28,6 +29,11 @@ class ExportedVariables:
         if name not in self._previous:
             self._previous[name] = os.environ.get(name)
         os.environ[name] = value
+
+    def set_rendezvous(self, address: str, port: int) -> None:
+        """Export ``MASTER_ADDR`` and ``MASTER_PORT``, where ``init_method="env://"`` finds rank 0's store."""
+        self.set("MASTER_ADDR", address)
+        self.set("MASTER_PORT", str(port))
 
     def restore(self) -> None:
         for name, previous in self._previous.items():

@@ -2,7 +2,9 @@
 
 :func:`to_checkpoint` and :func:`restore_state` convert between a ``Lite.save`` state (modules, optimizers,
 plain values) and what is written, as the built-in strategies do; :func:`is_stateful` tells whether an object
-has ``state_dict`` / ``load_state_dict``; :data:`PRECISION_KEY` is where the precision plugin's own state is kept.
+has ``state_dict`` / ``load_state_dict``; :data:`PRECISION_KEY` is where the precision plugin's own state is kept;
+:func:`raise_if_mismatched` is the one error for saved tensors that do not fit a module (other shapes, keys missing
+on either side), for a checkpoint_io that loads weights itself.
 
 :func:`atomic_torch_save` writes ``torch.save`` through a temporary file, fsync and rename (local paths) or a
 single upload (fsspec URLs), so a reader never sees half a checkpoint; :func:`safe_torch_load` and
@@ -20,7 +22,7 @@ digest, and each tensor's byte range where the writer knows it); :func:`verify_d
 (core-dcp, core-safetensors); :func:`install_directory` moves a finished one into place atomically.
 """
 
-from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, to_checkpoint
+from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, raise_if_mismatched, to_checkpoint
 from core.toolkit._checkpoint_state import restore as restore_state
 from core.toolkit._checksums import seal_directory, verify_directory
 from core.toolkit._directories import DirectoryCheckpointIO, install_directory
@@ -38,6 +40,7 @@ __all__ = [
     "atomic_torch_save",
     "install_directory",
     "is_stateful",
+    "raise_if_mismatched",
     "reporting_full_disk",
     "restore_state",
     "safe_torch_load",

@@ -35,6 +35,18 @@ this process's rank when someone else started the processes (torchrun, srun, ``p
 **Rendezvous.** Ranks a launcher starts on one node meet at a store the launcher serves, checked by the job id
 in :data:`JOB_VARIABLE`; a rank that reached another job's store raises :class:`RendezvousError`.
 
+**Activation checkpointing.** Every strategy here takes ``activation_checkpointing_policy`` (Lightning's
+argument): :func:`checkpoint_activations` applies torch's composable checkpoint to the submodules it selects (module
+classes, a function ``module -> bool``, :class:`EveryNth` for every n-th match) before the model is wrapped or
+sharded, so state-dict keys stay as without it; :func:`checkpointed_modules` says which those are,
+:func:`is_checkpointed` whether one already is, :func:`check_activation_checkpointing_policy` refuses a malformed
+policy when the strategy is made, and :func:`saved_tensor_bytes` measures what a step keeps for backward.
+
+**Other frameworks' arguments.** A process-group strategy given an argument that Lightning's strategy of the same
+name takes and it does not either notes once that it means nothing here (:class:`IgnoredArgumentWarning`) or
+refuses it by name with why (:func:`take_other_arguments`, from the class's ``refused_arguments`` and
+``ignored_arguments``; :data:`RUN_ARGUMENTS` are those that name a part of the run Lite or the Trainer selects).
+
 **Sharded strategies.** :class:`ShardedStrategy` is the base of strategies whose parameters become ``DTensor`` s
 (fsdp, model_parallel): empty-init on the meta device and materialising this rank's part, rank 0's initial values,
 optimizers pointed at the replaced parameters, sharded or gathered checkpoints, resharding at the end of the run.
@@ -73,6 +85,16 @@ whole when asked, one tensor at a time, on rank 0's CPU.
 
 from __future__ import annotations
 
+from core.toolkit.strategies._activations import (
+    ActivationCheckpointingPolicy,
+    EveryNth,
+    check_activation_checkpointing_policy,
+    checkpoint_activations,
+    checkpointed_modules,
+    is_checkpointed,
+    saved_tensor_bytes,
+)
+from core.toolkit.strategies._arguments import RUN_ARGUMENTS, IgnoredArgumentWarning, take_other_arguments
 from core.toolkit.strategies._collectives import Communicator
 from core.toolkit.strategies._errors import (
     CollectiveError,
@@ -133,13 +155,17 @@ __all__ = [
     "PIPELINE_PARALLEL",
     "REDUCE_OPS",
     "REPLICATE",
+    "RUN_ARGUMENTS",
     "SHARDED_MODULES",
     "START_METHODS",
     "TENSOR_PARALLEL",
+    "ActivationCheckpointingPolicy",
     "CollectiveError",
     "CollectiveTimeoutError",
     "Communicator",
+    "EveryNth",
     "ExternalLauncher",
+    "IgnoredArgumentWarning",
     "Launcher",
     "Layout",
     "MultiprocessingLauncher",
@@ -160,15 +186,21 @@ __all__ = [
     "StepRunner",
     "accept_whole_optimizer_state",
     "accept_whole_tensors",
+    "check_activation_checkpointing_policy",
     "check_degree",
     "check_reduce_op",
+    "checkpoint_activations",
+    "checkpointed_modules",
     "failing",
     "fit_degrees",
     "forget_mesh_groups",
     "full_state_dict",
     "gather_full_state",
+    "is_checkpointed",
     "optimizer_step",
     "placed_like",
+    "saved_tensor_bytes",
     "set_up_part",
+    "take_other_arguments",
     "without_replicate",
 ]

@@ -9,6 +9,7 @@ ranks. A subclass decides what happens to the model (:meth:`ParallelStrategy.set
 from __future__ import annotations
 
 import gc
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypedDict
@@ -26,6 +27,8 @@ import torch.distributed.nn.functional
 from core import ConfigurationError, hookimpl
 from core.toolkit import is_interactive, is_whole
 
+from ._activations import ActivationCheckpointingPolicy
+from ._arguments import RUN_ARGUMENTS, take_other_arguments
 from ._collectives import Communicator
 from ._launchers import (
     THIS_PROCESS,
@@ -59,6 +62,7 @@ class ParallelOptions(TypedDict, total=False):
     timeout: timedelta | float
     start_method: str
     name: str | None
+    activation_checkpointing_policy: ActivationCheckpointingPolicy
 
 
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
@@ -99,6 +103,12 @@ class ParallelStrategy(SingleDeviceStrategy):
     :param start_method: ``"popen"`` (run the script again as the other ranks), ``"spawn"``, ``"fork"`` or
         ``"forkserver"`` (start the ranks with ``torch.multiprocessing`` and return rank 0's result).
     :param name: The alias reported in messages (the class's :attr:`default_alias` when not given).
+    :param activation_checkpointing_policy: Which submodules recompute their activations in backward (module
+        classes, a function ``module -> bool``, :class:`EveryNth`); applied at set-up, before :meth:`setup_module`
+        wraps or shards the module (:func:`checkpoint_activations`).
+    :param other_arguments: Arguments of another framework's strategy (Lightning's) that this class does not take:
+        each in :attr:`ignored_arguments` is taken with a one-time note, the rest are refused by name with a
+        :class:`core.ConfigurationError` (:attr:`refused_arguments` says why), never a bare ``TypeError``.
 
     To write a strategy on it, override :meth:`setup_module` (and any hook whose behaviour differs, marked with
     ``@hookimpl`` again); :meth:`release_run` and :meth:`forget_run` are where a run's end releases what the
@@ -118,6 +128,11 @@ class ParallelStrategy(SingleDeviceStrategy):
     """The alias an instance answers to when no ``name`` is given."""
     message_prefix: ClassVar[str] = "core"
     """What the launcher's messages (and its scratch directories) start with: the distribution's name."""
+    refused_arguments: ClassVar[Mapping[str, str]] = RUN_ARGUMENTS
+    """Arguments another framework's strategy of this kind takes and this one refuses: name -> why, and what to
+    write instead. A subclass extends it (``{**ParallelStrategy.refused_arguments, ...}``)."""
+    ignored_arguments: ClassVar[Mapping[str, str]] = {}
+    """Arguments another framework's strategy takes that mean nothing here: taken, with a one-time note (why)."""
 
     def __init__(
         self,
@@ -126,9 +141,14 @@ class ParallelStrategy(SingleDeviceStrategy):
         start_method: str = "popen",
         *,
         name: str | None = None,
+        activation_checkpointing_policy: ActivationCheckpointingPolicy = None,
+        **other_arguments: Any,
     ) -> None:
-        super().__init__()
+        super().__init__(activation_checkpointing_policy=activation_checkpointing_policy)
         owner = type(self).__name__
+        if other_arguments:
+            take_other_arguments(owner, other_arguments, refused=self.refused_arguments,
+                                 ignored=self.ignored_arguments, takes=self._own_argument_names())
         if start_method not in START_METHODS:
             raise ConfigurationError(
                 f"{owner}(start_method={start_method!r}) is not a start method; expected one of "
@@ -146,6 +166,17 @@ class ParallelStrategy(SingleDeviceStrategy):
         self.outer_replicas = 1
         """How many independent copies of this strategy run side by side in this run (:meth:`replicate_outside`)."""
         self._side_by_side = False
+
+    @classmethod
+    def _own_argument_names(cls) -> set[str]:
+        names = set(ParallelOptions.__annotations__)
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is not None:
+                names.update(name for name, parameter in inspect.signature(init).parameters.items()
+                             if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL))
+        names.discard("self")
+        return names
 
     @property
     def name(self) -> str:
@@ -444,6 +475,7 @@ class ParallelStrategy(SingleDeviceStrategy):
     @hookimpl
     def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         SHARDED_MODULES.refuse_orphan(module, self.alias)
+        self.checkpoint_activations(module)  # before the strategy wraps or shards it
         set_up = self.setup_module(module)
         self._set_up_modules.append(set_up)  # one holding DTensors at teardown keeps the group (ShardedModules)
         return set_up

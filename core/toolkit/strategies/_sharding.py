@@ -200,16 +200,22 @@ class ReplacedParameters:
         return parameter
 
     def point_optimizer(self, optimizer: torch.optim.Optimizer, alias: str) -> None:
-        """Point an optimizer made before set-up at the replacements; refused once it holds state."""
+        """Point an optimizer made before set-up at the replacements; refused once it holds state for parameters
+        that were replaced. One already pointing at the set-up parameters (set up again after its run, as
+        ``trainer.save_checkpoint`` after ``fit`` does) is left as it is, state included."""
         from core import ConfigurationError
 
+        replaced = [[self.replacement(parameter) for parameter in group["params"]] for group in optimizer.param_groups]
+        if all(new is old for group, news in zip(optimizer.param_groups, replaced, strict=True)
+               for new, old in zip(news, group["params"], strict=True)):
+            return
         if optimizer.state:
             raise ConfigurationError(
                 f"The optimizer already has state (it took a step before setup); with {alias!r} its state must be "
                 f"made for the set-up parameters: set up the module and the optimizer before the first step."
             )
-        for group in optimizer.param_groups:
-            group["params"] = [self.replacement(parameter) for parameter in group["params"]]
+        for group, news in zip(optimizer.param_groups, replaced, strict=True):
+            group["params"] = news
 
     def originals(self) -> dict[int, torch.nn.Parameter]:
         """By ``id`` of each replacement, the original parameter, for those still alive."""

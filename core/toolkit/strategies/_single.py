@@ -15,6 +15,8 @@ import torch
 from core._errors import ConfigurationError
 from core._markers import hookimpl
 
+from ._activations import ActivationCheckpointingPolicy, check_activation_checkpointing_policy, checkpoint_activations
+
 if TYPE_CHECKING:
     from core.registry._active import ActiveSet
 
@@ -30,14 +32,27 @@ def check_reduce_op(reduce_op: str) -> str:
 
 
 class SingleDeviceStrategy:
-    """Runs the function in this process on the accelerator's device."""
+    """Runs the function in this process on the accelerator's device.
+
+    :param activation_checkpointing_policy: Which submodules recompute their activations in backward instead of
+        keeping them (module classes, a function ``module -> bool``, or :class:`EveryNth`); applied at set-up with
+        torch's composable checkpoint, state-dict keys unchanged (:func:`checkpoint_activations`).
+    """
 
     kind: Final = "strategy"
     name: ClassVar[str] = "single_device"
     max_processes: ClassVar[int | None] = 1
 
-    def __init__(self) -> None:
+    def __init__(self, *, activation_checkpointing_policy: ActivationCheckpointingPolicy = None) -> None:
         self._active: ActiveSet | None = None
+        self.activation_checkpointing_policy = check_activation_checkpointing_policy(
+            type(self).__name__, activation_checkpointing_policy
+        )
+
+    def checkpoint_activations(self, module: torch.nn.Module) -> list[torch.nn.Module]:
+        """Apply :attr:`activation_checkpointing_policy` to ``module`` (before wrapping, sharding or compiling it);
+        returns the checkpointed submodules. A subclass that sets modules up in its own hook calls it first."""
+        return checkpoint_activations(module, self.activation_checkpointing_policy, type(self).__name__)
 
     @property
     def active(self) -> ActiveSet:
@@ -56,6 +71,7 @@ class SingleDeviceStrategy:
 
     @hookimpl
     def strategy_setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        self.checkpoint_activations(module)
         return module
 
     @hookimpl

@@ -8,7 +8,8 @@ from typing import Any, Final
 
 import torch
 
-from core import ConfigurationError, DeviceRequest, PluginUnavailableError, hookimpl
+from core import ConfigurationError, DeviceRequest, hookimpl
+from core.toolkit import require_accelerator
 
 from ._devices import cuda_unavailable_reason, parse_cuda_devices
 
@@ -35,13 +36,7 @@ class CUDAAccelerator:
         )
 
     def _require_available(self) -> None:
-        reason = self.unavailable_reason()
-        if reason is not None:
-            raise PluginUnavailableError(
-                f"The accelerator 'cuda' (core-cuda) is installed but cannot run here: {reason}. Use "
-                f"accelerator='cpu', or accelerator='auto' to take the best one available; "
-                f"python -m core.plugins --check shows what is usable."
-            )
+        require_accelerator("cuda", "core-cuda", self.unavailable_reason())
 
     @hookimpl
     def accelerator_is_available(self) -> bool:

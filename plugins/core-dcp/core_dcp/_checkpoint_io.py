@@ -79,6 +79,7 @@ class DistributedCheckpointIO(DirectoryCheckpointIO):
     """
 
     name: ClassVar[str] = "distributed"
+    options_hint: ClassVar[str] = "configure it with DistributedCheckpointIO(thread_count=..., sync_files=...)"
     url_hint: ClassVar[str] = (
         "Mount the storage, or save a full (gathered) checkpoint with plugins=['torch'], which takes URLs."
     )
@@ -103,12 +104,7 @@ class DistributedCheckpointIO(DirectoryCheckpointIO):
 
     @hookimpl
     def checkpoint_io_save(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
-        if storage_options is not None:
-            raise ConfigurationError(
-                f"The 'distributed' checkpoint_io takes no storage_options, got {storage_options!r}; configure it "
-                f"with DistributedCheckpointIO(thread_count=..., sync_files=...)."
-            )
-        target = self.local_target(path)
+        target = self.save_target(path, storage_options)
         flat = split(checkpoint)
         if self.is_collective(checkpoint):
             self._save_collective(flat, target)

@@ -7,11 +7,12 @@ this class adds the model's wrapper (with ``sync_batchnorm`` and DistributedData
 
 from __future__ import annotations
 
+import inspect
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import torch
 
@@ -22,7 +23,16 @@ import torch.distributed.nn.functional
 from torch.nn.parallel import DistributedDataParallel
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit.strategies import ParallelStrategy, set_up_part
+from core.toolkit.strategies import ActivationCheckpointingPolicy, ParallelStrategy, set_up_part
+
+_SET_BY_THE_STRATEGY: Final = frozenset({"self", "module", "device_ids", "output_device", "process_group"})
+_DDP_ARGUMENTS: Final = frozenset(inspect.signature(DistributedDataParallel.__init__).parameters) - _SET_BY_THE_STRATEGY
+"""``DistributedDataParallel``'s own keyword arguments that ``DDPStrategy(**kwargs)`` passes on, as Lightning's does."""
+_COMM_HOOKS: Final = (
+    "communication hooks are extensions here: plugins=['powersgd'] (pip install core-powersgd) for PowerSGD, or an "
+    "extension whose strategy_configure_ddp wrapper calls register_comm_hook on the wrapped module "
+    "(docs/plugin-authors.md)"
+)
 
 
 class DDPStrategy(ParallelStrategy):
@@ -39,9 +49,27 @@ class DDPStrategy(ParallelStrategy):
         ``"forkserver"`` (start the ranks with ``torch.multiprocessing`` and return rank 0's result).
     :param sync_batchnorm: Convert batch-norm layers to ``SyncBatchNorm`` before wrapping.
     :param name: The alias reported in messages; derived from ``start_method`` when not given.
+    :param activation_checkpointing_policy: Which submodules recompute their activations in backward (module
+        classes, a function ``module -> bool``, ``EveryNth``); applied before wrapping
+        (:func:`core.toolkit.strategies.checkpoint_activations`).
+    :param other_arguments: Any other keyword argument of ``DistributedDataParallel`` (``broadcast_buffers``,
+        ``init_sync``, ...) is passed on to it, as Lightning's ``DDPStrategy(**kwargs)`` does.
+        Lightning's ``ddp_comm_hook`` / ``ddp_comm_state`` / ``ddp_comm_wrapper`` / ``model_averaging_period`` and
+        the run's parts (``accelerator``, ``precision``, ...) are refused by name with what to use instead.
     """
 
     message_prefix: ClassVar[str] = "core-ddp"
+    refused_arguments: ClassVar[Mapping[str, str]] = {
+        **ParallelStrategy.refused_arguments,
+        "ddp_comm_hook": _COMM_HOOKS,
+        "ddp_comm_state": _COMM_HOOKS,
+        "ddp_comm_wrapper": _COMM_HOOKS,
+        "model_averaging_period": "post-local SGD model averaging has no strategy option here; periodic averaging "
+                                  "of independent copies is core-diloco's extension (plugins=['diloco'])",
+        "device_ids": "the strategy passes DistributedDataParallel the run's device",
+        "output_device": "the strategy passes DistributedDataParallel the run's device",
+        "process_group": "the strategy uses the run's process group",
+    }
     supports: ClassVar[Supports] = Supports(
         never={"accelerator": {"tpu", "mps"}},
         hint="On TPUs use strategy='xla' (pip install core-tpu); an MPS machine has a single device, so use "
@@ -60,10 +88,16 @@ class DDPStrategy(ParallelStrategy):
         sync_batchnorm: bool = False,
         *,
         name: str | None = None,
+        activation_checkpointing_policy: ActivationCheckpointingPolicy = None,
+        **other_arguments: Any,
     ) -> None:
+        self.ddp_kwargs = {key: value for key, value in other_arguments.items() if key in _DDP_ARGUMENTS}
+        """Other keyword arguments of ``DistributedDataParallel``, passed on as they are."""
         super().__init__(
             process_group_backend=process_group_backend, timeout=timeout, start_method=start_method,
             name=name or ("ddp" if start_method == "popen" else f"ddp_{start_method}"),
+            activation_checkpointing_policy=activation_checkpointing_policy,
+            **{key: value for key, value in other_arguments.items() if key not in _DDP_ARGUMENTS},
         )
         if bucket_cap_mb is not None and bucket_cap_mb <= 0:
             raise ConfigurationError(f"DDPStrategy(bucket_cap_mb={bucket_cap_mb!r}) must be positive or None.")
@@ -118,6 +152,7 @@ class DDPStrategy(ParallelStrategy):
     @hookimpl
     def strategy_configure_ddp(self, module: torch.nn.Module, device_ids: Sequence[int] | None) -> torch.nn.Module:
         options: dict[str, Any] = {
+            **self.ddp_kwargs,
             "find_unused_parameters": self.find_unused_parameters,
             "static_graph": self.static_graph,
             "gradient_as_bucket_view": self.gradient_as_bucket_view,

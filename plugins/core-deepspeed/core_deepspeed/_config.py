@@ -178,3 +178,54 @@ def build_config(
 def zero_stage(config: Mapping[str, Any]) -> int:
     stage: int = config["zero_optimization"]["stage"]
     return stage
+
+
+LIGHTNING_KEYWORDS: Final[dict[str, tuple[str, ...]]] = {
+    "sub_group_size": ("zero_optimization", "sub_group_size"),
+    "contiguous_gradients": ("zero_optimization", "contiguous_gradients"),
+    "overlap_comm": ("zero_optimization", "overlap_comm"),
+    "allgather_partitions": ("zero_optimization", "allgather_partitions"),
+    "reduce_scatter": ("zero_optimization", "reduce_scatter"),
+    "allgather_bucket_size": ("zero_optimization", "allgather_bucket_size"),
+    "reduce_bucket_size": ("zero_optimization", "reduce_bucket_size"),
+    "offload_params_device": ("zero_optimization", "offload_param", "device"),
+    "nvme_path": ("zero_optimization", "offload_param", "nvme_path"),
+    "params_buffer_count": ("zero_optimization", "offload_param", "buffer_count"),
+    "params_buffer_size": ("zero_optimization", "offload_param", "buffer_size"),
+    "max_in_cpu": ("zero_optimization", "offload_param", "max_in_cpu"),
+    "pin_memory": ("zero_optimization", "offload_param", "pin_memory"),
+    "offload_optimizer_device": ("zero_optimization", "offload_optimizer", "device"),
+    "optimizer_buffer_count": ("zero_optimization", "offload_optimizer", "buffer_count"),
+    "block_size": ("aio", "block_size"),
+    "queue_depth": ("aio", "queue_depth"),
+    "single_submit": ("aio", "single_submit"),
+    "overlap_events": ("aio", "overlap_events"),
+    "thread_count": ("aio", "thread_count"),
+    "zero_allow_untested_optimizer": ("zero_allow_untested_optimizer",),
+    "logging_batch_size_per_gpu": ("train_micro_batch_size_per_gpu",),
+    "loss_scale": ("fp16", "loss_scale"),
+    "initial_scale_power": ("fp16", "initial_scale_power"),
+    "loss_scale_window": ("fp16", "loss_scale_window"),
+    "hysteresis": ("fp16", "hysteresis"),
+    "min_loss_scale": ("fp16", "min_loss_scale"),
+    "partition_activations": ("activation_checkpointing", "partition_activations"),
+    "cpu_checkpointing": ("activation_checkpointing", "cpu_checkpointing"),
+    "contiguous_memory_optimization": ("activation_checkpointing", "contiguous_memory_optimization"),
+    "synchronize_checkpoint_boundary": ("activation_checkpointing", "synchronize_checkpoint_boundary"),
+}
+"""Lightning's ``DeepSpeedStrategy`` keywords that are one entry of DeepSpeed's config: name -> the entry's path.
+Given to ``DeepSpeedStrategy(...)`` they become that entry, under what ``config=`` says (an explicit config wins).
+The ``activation_checkpointing`` entries configure ``deepspeed.checkpointing`` for models that call it themselves;
+``activation_checkpointing_policy`` is what checkpoints a model's modules without changing it."""
+
+
+def keyword_config(keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """The config section that Lightning's keywords (:data:`LIGHTNING_KEYWORDS`) stand for."""
+    config: dict[str, Any] = {}
+    for name, value in keywords.items():
+        *sections, key = LIGHTNING_KEYWORDS[name]
+        place = config
+        for section in sections:
+            place = place.setdefault(section, {})
+        place[key] = value
+    return config

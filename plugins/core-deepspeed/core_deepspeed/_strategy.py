@@ -30,7 +30,16 @@ from core.toolkit.checkpoint import to_checkpoint
 from core.toolkit.strategies import ParallelOptions, ParallelStrategy, failing
 
 from . import _checkpoint, _import, _release
-from ._config import FLOAT16_PRECISIONS, ZeroSettings, build_config, read_config, zero_stage
+from ._config import (
+    FLOAT16_PRECISIONS,
+    LIGHTNING_KEYWORDS,
+    ZeroSettings,
+    build_config,
+    keyword_config,
+    merged,
+    read_config,
+    zero_stage,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -88,7 +97,11 @@ class DeepSpeedStrategy(ParallelStrategy):
         keywords and the run's precision give, key by key: an explicit config wins.
     :param gradient_clipping: Clip the global gradient norm to this value inside DeepSpeed's step.
     :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
-        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`).
+        ``start_method``, ``name``, ``activation_checkpointing_policy`` (applied to the module before
+        ``deepspeed.initialize``: :class:`core.toolkit.strategies.ParallelOptions`). Lightning's keywords that are one
+        entry of DeepSpeed's config (``overlap_comm``, ``reduce_bucket_size``, ``loss_scale``,
+        ``partition_activations``, and the rest of its ZeRO, offload, aio and fp16 keywords) become that entry, under
+        ``config=``; the others Lightning takes are refused by name with what to write instead.
     """
 
     message_prefix: ClassVar[str] = "core-deepspeed"
@@ -96,6 +109,17 @@ class DeepSpeedStrategy(ParallelStrategy):
         never={"accelerator": {"tpu", "mps"}, "precision": {"64-true"}},
         hint=_HINT,
     )
+    refused_arguments: ClassVar[Mapping[str, str]] = {
+        **ParallelStrategy.refused_arguments,
+        "zero_optimization": "the ZeRO section is built from stage=, offload_optimizer= and offload_parameters=; "
+                             "more of it goes in config={'zero_optimization': {...}}",
+        "remote_device": "parameters created empty under stage 3 are partitioned as they are made "
+                         "(lite.init_module(empty_init=True)); offload them with offload_parameters=True",
+        "logging_level": "DeepSpeed logs through its own logger: logging.getLogger('DeepSpeed').setLevel(...)",
+        "load_full_weights": "load a single-file state dict with torch.load and module.load_state_dict before "
+                             "lite.setup; Lite.load reads the sharded checkpoints DeepSpeed writes",
+        "exclude_frozen_parameters": "every parameter is saved; freeze-aware checkpoints are not supported here",
+    }
 
     def __init__(
         self,
@@ -108,9 +132,10 @@ class DeepSpeedStrategy(ParallelStrategy):
     ) -> None:
         offload = "_offload" if offload_optimizer or offload_parameters else ""
         options["name"] = options.get("name") or f"deepspeed_stage_{stage}{offload}"
+        keywords = {key: options.pop(key) for key in list(options) if key in LIGHTNING_KEYWORDS}  # type: ignore[misc]
         super().__init__(**options)
         self.settings = ZeroSettings(stage, offload_optimizer, offload_parameters, gradient_clipping)
-        self.user_config = read_config(config)
+        self.user_config = merged(keyword_config(keywords), read_config(config))
         self._config: dict[str, Any] | None = None
         self._deepspeed: ModuleType | None = None
         self._engines: list[Any] = []
@@ -211,6 +236,7 @@ class DeepSpeedStrategy(ParallelStrategy):
             # have (and DeepSpeed refuses them without one): the engine is a plain data-parallel one.
             config["zero_optimization"] = {"stage": 0}
         self._refuse_ended_partitions(module)
+        self.checkpoint_activations(module)  # before the engine's hooks: keys stay, the engine is unaware of it
         recorded = _release.snapshot(module)
         try:
             engine, _, _, _ = self.deepspeed.initialize(model=module, optimizer=optimizer, config=config)

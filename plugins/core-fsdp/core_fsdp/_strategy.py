@@ -34,6 +34,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from core import ConfigurationError, Supports, hookimpl
 from core.toolkit.strategies import (
     DATA_PARALLEL,
+    REPLICATE,
     SHARDED_MODULES,
     ParallelDims,
     ParallelOptions,
@@ -43,6 +44,15 @@ from core.toolkit.strategies import (
     without_replicate,
 )
 
+from ._lightning import (
+    IGNORED,
+    REFUSED,
+    activation_checkpointing_policy_of,
+    check_device_mesh,
+    cpu_offload_of,
+    mixed_precision_of,
+    sharding_of,
+)
 from ._wrap import AutoWrapPolicy, predicate, shard
 
 if TYPE_CHECKING:
@@ -77,15 +87,31 @@ class FSDPStrategy(ShardedStrategy):
         minimum number of parameters per unit, a function ``module -> bool``, or ``None`` (the root only).
     :param reshard_after_forward: Free the gathered parameters after each unit's forward (and gather them
         again for backward): less memory, more communication.
-    :param cpu_offload: Keep the sharded parameters, gradients and optimizer state in CPU memory.
-    :param mixed_precision: A ``MixedPrecisionPolicy``; by default derived from the run's precision
-        (``bf16-mixed`` computes with bfloat16 parameters and reduces gradients in float32).
+    :param cpu_offload: Keep the sharded parameters, gradients and optimizer state in CPU memory (FSDP1's
+        ``CPUOffload(offload_params=True)``, as Lightning takes it, means the same).
+    :param mixed_precision: A ``MixedPrecisionPolicy`` (FSDP1's ``MixedPrecision`` is converted: its
+        ``param_dtype`` and ``reduce_dtype``); by default derived from the run's precision (``bf16-mixed`` computes
+        with bfloat16 parameters and reduces gradients in float32).
     :param state_dict_type: ``"sharded"``: every rank writes its shards (through the ``distributed``
         checkpoint_io, the default then); ``"full"``: the shards are gathered and rank 0 writes one file.
     :param sync_module_states: Broadcast rank 0's initial parameters before sharding (not needed, and
         skipped, for a model created with ``empty_init=True``).
+    :param sharding_strategy: Lightning's name for how much is sharded: ``"FULL_SHARD"`` (the default: as
+        ``reshard_after_forward`` says), ``"SHARD_GRAD_OP"`` (``reshard_after_forward=False``), ``"HYBRID_SHARD"``
+        (sharded within a group of ranks, replicated across groups: a 2-D mesh, see ``device_mesh``),
+        ``"_HYBRID_SHARD_ZERO2"`` (both); ``"NO_SHARD"`` is refused (that is ``strategy="ddp"``). FSDP1's
+        ``ShardingStrategy`` members are taken too.
+    :param device_mesh: With ``HYBRID_SHARD``, the layout ``(replicas, shards)``; by default the nodes are the
+        replicas and each node's devices shard (``(num_nodes, devices)``).
+    :param activation_checkpointing: Lightning's deprecated spelling of ``activation_checkpointing_policy``: a
+        module class or a list of them.
     :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
-        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`).
+        ``start_method``, ``name``, ``activation_checkpointing_policy`` (which submodules recompute their activations
+        in backward, applied before sharding; :class:`core.toolkit.strategies.ParallelOptions`). Lightning's FSDP1
+        keywords without an FSDP2 meaning (``limit_all_gathers``, ``use_orig_params``, ``forward_prefetch``,
+        ``backward_prefetch``, ``device_id``) are taken with a one-time note; ``param_init_fn``,
+        ``ignored_modules``, ``ignored_states``, ``process_group`` and the run's parts (``accelerator``,
+        ``precision``, ...) are refused by name with what to write instead (docs/memory.md lists them all).
     """
 
     message_prefix: ClassVar[str] = "core-fsdp"
@@ -93,27 +119,35 @@ class FSDPStrategy(ShardedStrategy):
     supports_outer_replicas: ClassVar[bool] = True
     sharded_checkpoint_option = "state_dict_type='sharded'"
     full_checkpoint_option = "state_dict_type='full'"
+    refused_arguments = REFUSED
+    ignored_arguments = IGNORED
 
     def __init__(
         self,
         auto_wrap_policy: AutoWrapPolicy = None,
         reshard_after_forward: bool | int = True,
-        cpu_offload: bool = False,
-        mixed_precision: MixedPrecisionPolicy | None = None,
+        cpu_offload: bool | Any = False,
+        mixed_precision: MixedPrecisionPolicy | Any | None = None,
         state_dict_type: str = "sharded",
         sync_module_states: bool = True,
+        sharding_strategy: Any = "FULL_SHARD",
+        device_mesh: tuple[int, int] | None = None,
+        activation_checkpointing: type[torch.nn.Module] | list[type[torch.nn.Module]] | None = None,
         **options: Unpack[ParallelOptions],
     ) -> None:
+        owner = type(self).__name__
+        options["activation_checkpointing_policy"] = activation_checkpointing_policy_of(
+            owner, activation_checkpointing, options.get("activation_checkpointing_policy"))
+        reshard_after_forward, self.hybrid = sharding_of(owner, sharding_strategy, reshard_after_forward)
+        self.hybrid_shape = check_device_mesh(owner, device_mesh, self.hybrid)
+        """``(replicas, shards)`` of ``HYBRID_SHARD`` as given, or ``None`` (nodes x devices)."""
+        cpu_offload = cpu_offload_of(cpu_offload)
+        mixed_precision = mixed_precision_of(owner, mixed_precision)
         super().__init__(sharded_checkpoint=state_dict_type == "sharded", **options)
         if state_dict_type not in STATE_DICT_TYPES:
             raise ConfigurationError(
                 f"FSDPStrategy(state_dict_type={state_dict_type!r}) is not a checkpoint layout; expected one of "
                 f"{list(STATE_DICT_TYPES)}."
-            )
-        if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecisionPolicy):
-            raise ConfigurationError(
-                f"FSDPStrategy(mixed_precision={mixed_precision!r}): expected a "
-                f"torch.distributed.fsdp.MixedPrecisionPolicy, or None to follow the run's precision."
             )
         predicate(auto_wrap_policy)  # refuses a malformed policy now rather than at setup
         self.auto_wrap_policy = auto_wrap_policy
@@ -139,13 +173,23 @@ class FSDPStrategy(ShardedStrategy):
         return without_replicate(self.world_mesh)
 
     def make_parallel_dims(self, devices_per_node: int, num_nodes: int) -> ParallelDims:
-        """Every rank on one ``data_parallel`` dimension (``(replicate, data_parallel)`` with copies side by side)."""
+        """Every rank on one ``data_parallel`` dimension (``(replicate, data_parallel)`` with copies side by side).
+
+        With ``sharding_strategy="HYBRID_SHARD"``, the 2-D ``(replicate, data_parallel)`` of ``device_mesh`` (by
+        default the nodes x each node's devices): ``fully_shard`` over the whole of it shards within
+        ``data_parallel`` and all-reduces the gradients across ``replicate`` every step (HSDP), so these replicas are
+        synchronised by FSDP itself, unlike copies side by side, which the strategy then refuses."""
         world_size = devices_per_node * num_nodes
+        if self.hybrid:
+            replicas, shards = self.hybrid_shape or (num_nodes, devices_per_node)
+            return ParallelDims(world_size, replicate_size=replicas, data_parallel_size=shards,
+                                always=[REPLICATE, DATA_PARALLEL], layout=f"device_mesh=({replicas}, {shards})",
+                                owner="FSDPStrategy(sharding_strategy='HYBRID_SHARD')")
         return ParallelDims(world_size, data_parallel_size=world_size, always=[DATA_PARALLEL], owner="FSDPStrategy")
 
     def _fully_shard_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {
-            "mesh": self.mesh,
+            "mesh": self.world_mesh if self.hybrid else self.mesh,
             "reshard_after_forward": self.reshard_after_forward,
             "mp_policy": self._mixed_precision(),
         }

@@ -106,8 +106,7 @@ class LSFEnvironment:
         else:
             node_rank = hosts.index(hostname)
         address, port = hosts[0], main_port()
-        self._exported.set("MASTER_ADDR", address)
-        self._exported.set("MASTER_PORT", str(port))
+        self._exported.set_rendezvous(address, port)
         return JSRUN.cluster_info(
             world_size="JSM_NAMESPACE_SIZE",
             global_rank="JSM_NAMESPACE_RANK",

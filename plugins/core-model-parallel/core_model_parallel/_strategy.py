@@ -94,7 +94,9 @@ class ModelParallelStrategy(ShardedStrategy):
     :param save_distributed_checkpoint: ``True``: every rank writes its shards (``distributed`` checkpoint_io, the
         default then); ``False``: the whole state is gathered and rank 0 writes one file.
     :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
-        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`).
+        ``start_method``, ``name``, ``activation_checkpointing_policy`` (which submodules recompute their
+        activations in backward, applied at set-up before parallelize_fn runs;
+        :class:`core.toolkit.strategies.ParallelOptions`).
     """
 
     message_prefix: ClassVar[str] = "core-model-parallel"

@@ -74,8 +74,7 @@ class MPIEnvironment:
     def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> ClusterInfo:
         ranks = read_ranks()
         address, port = main_address(ranks), main_port(ranks)
-        self._exported.set("MASTER_ADDR", address)
-        self._exported.set("MASTER_PORT", str(port))
+        self._exported.set_rendezvous(address, port)
         return cluster_info_from(ranks, address, port)
 
     @hookimpl

@@ -12,7 +12,8 @@ from typing import Any, Final
 
 import torch
 
-from core import ConfigurationError, DeviceRequest, PluginUnavailableError, Supports, hookimpl
+from core import ConfigurationError, DeviceRequest, Supports, hookimpl
+from core.toolkit import require_accelerator
 
 MPS_SUPPORTS: Final = Supports(
     only={"strategy": {"single_device"}},
@@ -66,13 +67,7 @@ class MPSAccelerator:
         )
 
     def _require_available(self) -> None:
-        reason = self.unavailable_reason()
-        if reason is not None:
-            raise PluginUnavailableError(
-                f"The accelerator 'mps' (core-mps) is installed but cannot run here: {reason}. Use "
-                f"accelerator='cpu', or accelerator='auto' to take the best one available; "
-                f"python -m core.plugins --check shows what is usable."
-            )
+        require_accelerator("mps", "core-mps", self.unavailable_reason())
 
     @hookimpl
     def accelerator_is_available(self) -> bool:

@@ -99,7 +99,9 @@ class PipelineStrategy(ParallelStrategy):
     :param stages_per_rank: Stages each rank holds: 1 for GPipe and 1F1B, at least 2 for Interleaved1F1B.
     :param data_parallel_size: Copies of the pipeline; ``"auto"``: what the pipeline leaves of the world size.
     :param options: The options of every process-group strategy: ``process_group_backend``, ``timeout``,
-        ``start_method``, ``name`` (:class:`core.toolkit.strategies.ParallelOptions`).
+        ``start_method``, ``name``, ``activation_checkpointing_policy`` (which submodules recompute their
+        activations in backward, applied at set-up before the model is split into stages;
+        :class:`core.toolkit.strategies.ParallelOptions`).
     """
 
     message_prefix: ClassVar[str] = "core-pipeline"

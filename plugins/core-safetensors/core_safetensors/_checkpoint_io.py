@@ -67,6 +67,7 @@ class SafetensorsCheckpointIO(DirectoryCheckpointIO):
     """
 
     name: ClassVar[str] = "safetensors"
+    options_hint: ClassVar[str] = "configure it with SafetensorsCheckpointIO(max_shard_size=..., writers=...)"
 
     def __init__(self, weights_key: str | None = None, max_shard_size: int | str | None = None, writers: str = "all",
                  checksums: bool = True) -> None:
@@ -92,12 +93,7 @@ class SafetensorsCheckpointIO(DirectoryCheckpointIO):
 
     @hookimpl
     def checkpoint_io_save(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None) -> None:
-        if storage_options is not None:
-            raise ConfigurationError(
-                f"The 'safetensors' checkpoint_io takes no storage_options, got {storage_options!r}; configure it "
-                f"with SafetensorsCheckpointIO(max_shard_size=..., writers=...)."
-            )
-        target = self.local_target(path)
+        target = self.save_target(path, storage_options)
         key = self._weights_key(checkpoint)
         weights = check_weights(checkpoint[key], key) if key is not None else {}
         rest = {name: value for name, value in checkpoint.items() if name != key}

@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from core import CheckpointError, ConfigurationError
+from core.toolkit.checkpoint import raise_if_mismatched
 
 from ._format import INDEX_NAME, index_document, plan_shards, read_header, shard_file_names, weight_map
 
@@ -190,18 +191,10 @@ def _check_fits(module: torch.nn.Module, expected: Mapping[str, torch.Tensor],
              for name, value in expected.items() if name in shapes and tuple(value.shape) != tuple(shapes[name])]
     absent = [f"{name} {_describe(value.shape)}" for name, value in expected.items() if name not in shapes]
     extra = [f"{name} {_describe(shape)}" for name, shape in shapes.items() if name not in expected]
-    problems = []
-    if wrong:
-        problems.append(f"{len(wrong)} tensor(s) of another shape: " + "; ".join(wrong[:_SHOWN]))
-    if strict and absent:
-        problems.append(f"{len(absent)} key(s) the module has and the files lack: {absent[:_SHOWN]}")
-    if strict and extra:
-        problems.append(f"{len(extra)} key(s) the files have and the module lacks: {extra[:_SHOWN]}")
-    if problems:
-        raise CheckpointError(
-            f"The weights {where!r} do not fit the {type(module).__name__}: " + "; ".join(problems)
-            + ". Build the module as it was when saved" + ("" if wrong else ", or load with strict=False") + "."
-        )
+    raise_if_mismatched(
+        f"The weights {where!r}", "the files", type(module).__name__,
+        wrong=wrong, absent=absent, extra=extra, strict=strict, shown=_SHOWN, plural=True,
+    )
 
 
 def local_box(tensor: DTensor) -> list[tuple[int, int]] | None:

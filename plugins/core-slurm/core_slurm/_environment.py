@@ -194,8 +194,7 @@ class SLURMEnvironment:
     @hookimpl
     def environment_cluster_info(self, devices_per_node: int, num_nodes: int) -> ClusterInfo:
         address, port = main_address(), main_port()
-        self._exported.set("MASTER_ADDR", address)
-        self._exported.set("MASTER_PORT", str(port))
+        self._exported.set_rendezvous(address, port)
         return SLURM.cluster_info(
             world_size="SLURM_NTASKS",
             global_rank="SLURM_PROCID",

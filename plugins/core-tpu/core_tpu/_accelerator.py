@@ -7,7 +7,8 @@ from typing import Final
 
 import torch
 
-from core import DeviceRequest, PluginUnavailableError, Supports, hookimpl
+from core import DeviceRequest, Supports, hookimpl
+from core.toolkit import require_accelerator
 
 from . import _runtime
 
@@ -38,13 +39,7 @@ class TPUAccelerator:
         return _runtime.current_reason()
 
     def _require_available(self) -> None:
-        reason = self.unavailable_reason()
-        if reason is not None:
-            raise PluginUnavailableError(
-                f"The accelerator 'tpu' (core-tpu) is installed but cannot run here: {reason}. Use "
-                f"accelerator='cpu', or accelerator='auto' to take the best one available; "
-                f"python -m core.plugins --check shows what is usable."
-            )
+        require_accelerator("tpu", "core-tpu", self.unavailable_reason())
 
     @hookimpl
     def accelerator_is_available(self) -> bool:
