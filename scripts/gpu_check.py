@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEELS = ROOT / ".gpu-wheels"
 # core and the plugins the gpu tests and the benchmark select; nothing else is installed there.
 DISTRIBUTIONS = (".", "plugins/core-cuda", "plugins/core-amp", "plugins/core-ddp", "plugins/core-dcp",
-                 "plugins/core-fsdp", "plugins/core-model-parallel")
+                 "plugins/core-fsdp", "plugins/core-model-parallel", "plugins/core-torchao")
 GPU_TESTS = ("tests/gpu",)
 LIMIT_S = 480.0  # the check must end inside 8 minutes, its own start included
 # The strategies file (one NCCL job with a compile) and the digits demo take most of the tests' time; side by side on

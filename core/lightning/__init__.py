@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from core import __version__ as __version__  # Lightning's __version__: the version of core answering it
 from core.lightning import _finder
 from core.lightning._names import Target, UnsupportedLightningName, namespace_getattr
 
@@ -30,7 +31,7 @@ TOP_LEVEL: Final = {
     "LightningDataModule": Target("core.module", "DataModule"),
     "Trainer": Target("core.lightning._trainer", "Trainer"),  # Lightning's logger and layout
     "Callback": Target("core.callbacks", "Callback"),
-    "seed_everything": Target("core.lite", "seed_everything"),
+    "seed_everything": Target("core.lightning._compat", "seed_everything"),
 }
 """``lightning``'s own ``__all__`` (without ``__version__``), and where each name lives here."""
 

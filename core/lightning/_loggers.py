@@ -32,7 +32,7 @@ class CSVLogger(_CoreCSVLogger):
         super().__init__(save_dir, name, version, flush_logs_every_n_steps)
         self.prefix = prefix
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         super().log_metrics(_prefixed(self.prefix, metrics), step)
 
 
@@ -58,7 +58,7 @@ class TensorBoardLogger(_CoreTensorBoardLogger):
         super().__init__(save_dir, name, version, **writer_options)
         self.prefix = prefix
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         super().log_metrics(_prefixed(self.prefix, metrics), step)
 
 

@@ -86,6 +86,8 @@ class RunState:
         of ``ddp_spawn``, which are gone); ``None`` otherwise.
     :param fit_precision_state: The precision plugin's state at the end of that ``fit`` (a loss scaler's scale),
         which ``save_checkpoint`` after it writes: its short run's precision plugin is a fresh one.
+    :param ckpt_path: The checkpoint the latest entry point loaded (resolved: ``"best"`` and ``"last"`` become
+        the file), or ``None``.
     """
 
     lite: Lite
@@ -109,3 +111,4 @@ class RunState:
     predict_recorders: list[Any] = attrs.field(factory=list)
     finished_fit: str | None = None
     fit_precision_state: dict[str, Any] | None = None
+    ckpt_path: str | None = None
