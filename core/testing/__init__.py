@@ -35,6 +35,7 @@ if _importlib_util.find_spec("pytest") is None:
 from core.testing._accelerator import AcceleratorConformance  # noqa: E402
 from core.testing._base import Conformance  # noqa: E402
 from core.testing._checkpoint_io import CheckpointIOConformance  # noqa: E402
+from core.testing._distributed import DistributedRunConformance  # noqa: E402
 from core.testing._environment import EnvironmentConformance  # noqa: E402
 from core.testing._extension import ExtensionConformance  # noqa: E402
 from core.testing._precision import PrecisionConformance  # noqa: E402
@@ -44,6 +45,7 @@ __all__ = [
     "AcceleratorConformance",
     "CheckpointIOConformance",
     "Conformance",
+    "DistributedRunConformance",
     "EnvironmentConformance",
     "ExtensionConformance",
     "KitRequirementError",

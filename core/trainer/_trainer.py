@@ -73,9 +73,9 @@ def _as_loggers(logger: object, default: Callable[[], list[Logger]]) -> list[Log
 class Trainer:
     """Train, validate, test and predict with a :class:`core.Module`, on any installed hardware plugins.
 
-    Each flag is declared once, in ``core.trainer._flags.FLAGS`` (its type, default, check and meaning); this
+    Each flag is declared once, in the Trainer's table of flags (its type, default, check and meaning); this
     signature, the read-only views of the loop flags (``trainer.max_epochs``, ...), ``TrainerConfig``'s fields, the
-    table of docs/trainer.md ("Trainer flags") and the ``:param`` lines below are generated from it.
+    table of docs/trainer.md ("Trainer flags") and the parameter lines below are generated from it.
     """
 
     def __init__(
