@@ -47,12 +47,12 @@ class Scripted(core.Module):
 class Recorder(Logger):
     def __init__(self) -> None:
         super().__init__("unused")
-        self.rows: list[tuple[int, dict[str, float]]] = []
+        self.rows: list[tuple[int | None, dict[str, float]]] = []
 
-    def log_metrics(self, metrics: Any, step: int) -> None:
+    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
         self.rows.append((step, dict(metrics)))
 
-    def log_hyperparams(self, params: Any) -> None:
+    def log_hyperparams(self, params: Any = None) -> None:
         pass
 
 

@@ -23,10 +23,11 @@ class Recorder(Logger):
         super().__init__(save_dir=".", name="recorder", version=0)
         self.records: list[tuple[int, dict[str, float]]] = []
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        assert step is not None, "the Trainer gives every log_metrics call its step"
         self.records.append((step, dict(metrics)))
 
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+    def log_hyperparams(self, params: Any = None) -> None:
         pass
 
 

@@ -183,10 +183,10 @@ def test_with_async_the_marker_is_written_after_the_state(tmp_path: Path, monkey
         assert started.wait(timeout=10)
         seen.append((step_directory / "COMPLETE").exists())
         opened.set()
-        lite.active.checkpoint_io.wait()  # type: ignore[attr-defined]
+        lite.active.checkpoint_io.wait()
         seen.append((step_directory / "COMPLETE").exists())  # the state is there, its marker not yet written
         assert not checkpoints.maybe_save(state, 3)  # the next step's call writes the marker, now that it can
-        lite.active.checkpoint_io.wait()  # type: ignore[attr-defined]
+        lite.active.checkpoint_io.wait()
         seen.append((step_directory / "COMPLETE").exists())
         return seen
 

@@ -15,9 +15,9 @@ from core.loggers import Logger
 class Recording(Logger):
     def __init__(self, root: Path) -> None:
         super().__init__(root, "recording")
-        self.rows: list[tuple[int, dict[str, float]]] = []
+        self.rows: list[tuple[int | None, dict[str, float]]] = []
 
-    def log_metrics(self, metrics: Any, step: int) -> None:
+    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
         self.rows.append((step, dict(metrics)))
 
 

@@ -282,7 +282,7 @@ class _Wrapper:
 
 def test_bind_skips_pluggy_for_a_single_implementation_and_keeps_wrappers() -> None:
     plain = core.resolve()
-    assert plain.bind("strategy_reduce") == plain.strategy.strategy_reduce  # type: ignore[attr-defined]
+    assert plain.bind("strategy_reduce") == plain.strategy.strategy_reduce
     assert plain.bind("checkpoint_io_teardown", default=print) is print  # no implementation: the default
     extension = _Wrapper()
     wrapped = core.resolve(plugins=[extension])
@@ -295,7 +295,7 @@ def test_bind_skips_pluggy_for_a_single_implementation_and_keeps_wrappers() -> N
 
 def test_core_attach_gives_every_plugin_the_active_set() -> None:
     active = core.resolve()
-    assert active.strategy.active is active  # type: ignore[attr-defined]
+    assert active.strategy.active is active
 
 
 ALIASES = st.sampled_from(["cpu", "cuda", "gpu", "tpu", "auto", "single_device", "ddp", "32", "64", "bf16-true"])

@@ -22,10 +22,10 @@ class Recorder(Logger):
         super().__init__("unused")
         self.hyperparameters: list[dict[str, Any]] = []
 
-    def log_metrics(self, metrics: Any, step: int) -> None:
+    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
         pass
 
-    def log_hyperparams(self, params: Any) -> None:
+    def log_hyperparams(self, params: Any = None) -> None:
         self.hyperparameters.append(dict(params))
 
 

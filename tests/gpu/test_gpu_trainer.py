@@ -70,12 +70,12 @@ def loader() -> DataLoader[Any]:
 class Recorder(Logger):
     def __init__(self) -> None:
         super().__init__(save_dir=".", name="recorder", version=0)
-        self.records: list[tuple[int, dict[str, float]]] = []
+        self.records: list[tuple[int | None, dict[str, float]]] = []
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         self.records.append((step, dict(metrics)))
 
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+    def log_hyperparams(self, params: Any = None) -> None:
         pass
 
 
