@@ -80,3 +80,33 @@ def test_fit_then_validate_test_and_fit_again_use_the_trained_weights(
         assert results["later_run"].endswith(
             "Create the module inside this run's init_module() and load its weights from a checkpoint."
         )
+
+
+@pytest.fixture(scope="module")
+def saved_after_fit(tmp_path_factory: pytest.TempPathFactory, command: Command) -> Path:
+    """One job: fit 3 steps under stage 2, then trainer.save_checkpoint twice (OUT/first, OUT/second)."""
+    directory = tmp_path_factory.mktemp("save_after_fit")
+    script = SCRIPTS / "deepspeed_save_after_fit_job.py"
+    finished = command([sys.executable, str(script), "deepspeed_stage_2", str(directory)], cwd=directory, timeout=120)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    return directory
+
+
+@pytest.mark.timeout(150)
+def test_save_checkpoint_after_fit_writes_the_zero_optimizer_state_the_fit_ended_with(saved_after_fit: Path) -> None:
+    """The fit's engine is gone when save_checkpoint runs; its ZeRO state is carried into the save's engine.
+
+    Before, the save refused DeepSpeed's optimizer ("setup_optimizers() takes torch.optim.Optimizer objects").
+    Not covered: resuming from it (the Trainer's checkpoint is one file from rank 0, see the job's docstring).
+    """
+    fitted = torch.load(saved_after_fit / "results.pt", weights_only=True)["stopped"]
+    flat = torch.cat([value.flatten() for value in fitted.values()])
+    for name in ("first", "second"):  # the second in a run after the first's, which gave the optimizer back again
+        checkpoint = torch.load(saved_after_fit / name, weights_only=False)
+        assert checkpoint["global_step"] == 3
+        (zero,) = checkpoint["optimizer_states"]
+        assert all(float(state["step"]) == 3 for state in zero["base_optimizer_state"]["state"].values()), name
+        (partition,) = zero["single_partition_of_fp32_groups"]  # rank 0's half of the fp32 master weights
+        assert partition.numel() == (flat.numel() + 1) // 2
+        assert torch.equal(partition, flat[: partition.numel()]), name
+        assert_equal(checkpoint["state_dict"], fitted)
