@@ -28,7 +28,14 @@ import torch.distributed as dist
 from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
 from core.toolkit.checkpoint import restore_state as restore
 from core.toolkit.checkpoint import to_checkpoint
-from core.toolkit.strategies import ParallelOptions, ParallelStrategy, failing
+from core.toolkit.strategies import (
+    OptimizerWrapper,
+    ParallelOptions,
+    ParallelStrategy,
+    StatefulGroup,
+    StepRunner,
+    failing,
+)
 
 from . import _checkpoint, _import, _release
 from ._config import (
@@ -394,8 +401,14 @@ class DeepSpeedStrategy(ParallelStrategy):
     # -- checkpoints -----------------------------------------------------------------------------------
 
     def _owned_keys(self, state: Mapping[str, Any]) -> tuple[Any, str, str | None] | None:
-        """The engine in ``state`` and the keys of its module and optimizer, or ``None`` without an engine."""
-        found = [(key, value) for key, value in state.items() if any(value is engine for engine in self._engines)]
+        """The engine in ``state`` and the keys of its module and optimizer, or ``None`` without an engine.
+
+        The module is the engine itself (``Lite.save``) or the model whose steps the engine's module runs (the
+        Trainer's Module, :class:`core.toolkit.strategies.StepRunner`); the optimizer is the engine's, alone or as
+        the one item of a :class:`core.toolkit.strategies.StatefulGroup` (the Trainer's optimizers).
+        """
+        found = [(key, value) for key, value in state.items()
+                 if any(value is engine or _runs_steps_of(engine, value) for engine in self._engines)]
         if not found:
             return None
         if len(found) > 1:
@@ -403,8 +416,9 @@ class DeepSpeedStrategy(ParallelStrategy):
                 f"The strategy {self.alias!r} saves one DeepSpeed engine per checkpoint; the state holds "
                 f"{[key for key, _ in found]}. Save each module in its own checkpoint."
             )
-        module_key, engine = found[0]
-        optimizer_key = next((key for key, value in state.items() if value is engine.optimizer), None)
+        module_key, value = found[0]
+        engine = next(engine for engine in self._engines if value is engine or _runs_steps_of(engine, value))
+        optimizer_key = next((key for key, value in state.items() if _holds_optimizer(value, engine.optimizer)), None)
         return engine, module_key, optimizer_key
 
     @hookimpl
@@ -502,6 +516,23 @@ class DeepSpeedStrategy(ParallelStrategy):
             return super().strategy_load_checkpoint(path=path, weights_only=weights_only)
         # Lite.load(path) without objects to restore: the consolidated fp32 weights, on every rank.
         return _checkpoint.load_consolidated(path, weights_only)
+
+
+def _runs_steps_of(engine: Any, value: Any) -> bool:
+    stepper = engine.module
+    return isinstance(stepper, StepRunner) and stepper.stepped_module is value
+
+
+def _holds_optimizer(value: Any, optimizer: Any) -> bool:
+    """``value`` is ``optimizer``, or a group of one item that is it (or wraps it)."""
+    if isinstance(value, StatefulGroup):
+        items = list(value.stateful_items)
+        if len(items) != 1:
+            return False
+        value = items[0]
+    if isinstance(value, OptimizerWrapper):
+        value = value.set_up_optimizer
+    return value is optimizer
 
 
 @contextmanager
