@@ -442,6 +442,9 @@ class DeepSpeedStrategy(ParallelStrategy):
                 "module": module_key,
                 "optimizer": optimizer_key,
                 "state": to_checkpoint(others, filter, {}),
+                # The engine saves its module's keys; the model saved under module_key is a child of it (the
+                # Trainer's Module in its StepModule): the consolidated weights drop the child's prefix.
+                "module_prefix": _prefix_of(engine.module, state[module_key]),
             }
         }
         _checkpoint.save_sharded(
@@ -516,6 +519,12 @@ class DeepSpeedStrategy(ParallelStrategy):
             return super().strategy_load_checkpoint(path=path, weights_only=weights_only)
         # Lite.load(path) without objects to restore: the consolidated fp32 weights, on every rank.
         return _checkpoint.load_consolidated(path, weights_only)
+
+
+def _prefix_of(root: torch.nn.Module, module: Any) -> str:
+    """The prefix of ``module``'s keys in ``root``'s state dict: ``""`` for ``root`` itself (or an engine of it)."""
+    found = next((name for name, child in root.named_modules() if child is module and name), None)
+    return "" if found is None else f"{found}."
 
 
 def _runs_steps_of(engine: Any, value: Any) -> bool:

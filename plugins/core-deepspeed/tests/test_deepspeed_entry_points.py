@@ -108,3 +108,5 @@ def test_save_checkpoint_after_fit_writes_deepspeed_shards_that_resume_bitwise(s
     assert results["resumed_losses"] == results["straight_losses"][3:]  # Adam's state too: a fresh one would differ
     assert_equal(results["resumed"], results["straight"])
     assert not any(torch.equal(results["stopped"][key], results["straight"][key]) for key in results["straight"])
+    # Consolidated, the checkpoint's weights are the Module's own (its keys, not its StepModule's "module.<key>").
+    assert_equal(results["consolidated"], results["stopped"])

@@ -4,8 +4,8 @@
 
 In the same two processes: a straight fit of 6 steps; a fit of 3 steps followed by two ``save_checkpoint`` calls,
 OUT/first and OUT/second (the second in a run after the first's, which gave the optimizer back again); a fresh fit
-resumed from OUT/second up to 6 steps. Rank 0 writes OUT/results.pt: the weights after each fit, the losses of the
-straight and the resumed fit.
+resumed from OUT/second up to 6 steps; ``Lite.load(OUT/second)`` in one more run. Rank 0 writes OUT/results.pt: the
+weights after each fit, the losses of the straight and the resumed fit, the consolidated weights of OUT/second.
 """
 
 from __future__ import annotations
@@ -52,9 +52,12 @@ def main(strategy: str, out: Path) -> None:
     trainer.save_checkpoint(out / "first")
     trainer.save_checkpoint(out / "second")
     _, resumed, resumed_losses = fit(strategy, STEPS, ckpt_path=out / "second")
+    consolidated = core.Lite(accelerator="cpu", strategy=strategy, devices=2).launch(
+        lambda lite: lite.load(out / "second")["state_dict"])  # Lite.load without objects: the full fp32 weights
     if trainer.is_global_zero:
         torch.save({"straight": weights(straight), "straight_losses": straight_losses, "stopped": weights(stopped),
-                    "resumed": weights(resumed), "resumed_losses": resumed_losses}, out / "results.pt")
+                    "resumed": weights(resumed), "resumed_losses": resumed_losses, "consolidated": consolidated},
+                   out / "results.pt")
 
 
 if __name__ == "__main__":
