@@ -99,6 +99,15 @@ stress: setup-all
 bench: setup
 	$(PY) -m bench
 
+# Lightning 2.6's own tests of public behaviour against core.lightning, from a checkout you give
+# (git clone -b 2.6.5 https://github.com/Lightning-AI/pytorch-lightning): a table per file in lightning-tests/.
+LIGHTNING_SRC ?=
+LIGHTNING_TESTS_ARGS ?=
+.PHONY: lightning-tests
+lightning-tests: setup-all
+	@test -n "$(LIGHTNING_SRC)" || { echo "make lightning-tests LIGHTNING_SRC=/path/to/lightning-checkout"; exit 2; }
+	$(PY) scripts/lightning_tests.py --lightning-src "$(LIGHTNING_SRC)" $(LIGHTNING_TESTS_ARGS)
+
 # Peers run in their own environment: Lightning and Accelerate are never dependencies of the project.
 PEERS_VENV := .venv-peers
 bench-peers:
@@ -147,6 +156,8 @@ gpu-check:
 # Ignored by git; carried with `carry: [".gpu-wheels"]` (about 1.4 MB).
 GPU_WHEELS := .gpu-wheels
 GPU_WHEEL_PINS ?= pluggy==1.7.0 importlib-metadata==9.1.0 zipp==4.1.2 xxhash==4.1.0 setuptools==84.2.1
+# core-torchao for bench/gpu_gpt.py's float8 sections: torchao 0.18.0's cp310-abi3 manylinux wheel installs on 3.12.
+GPU_WHEEL_PINS += torchao==0.18.0
 gpu-wheels:
 	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
 	$(GPU_PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -30,6 +30,7 @@ BENCHMARKS = {
     "disk": ("bench.disk", 1024, 8),
     "safetensors_io": ("bench.safetensors_io", 512, 8),
     "diloco": ("bench.diloco", 20, 5),
+    "float8": ("bench.float8", 8, 2),
 }
 
 

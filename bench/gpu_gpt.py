@@ -10,8 +10,11 @@ PyTorch loop, ``Lite`` (``single_device``), Lightning Fabric and HF Accelerate (
 it is not importable), first eager, then ``torch.compile``'d (compiled before ``setup`` / ``prepare``, as each
 documents); then ``Lite`` ``fsdp`` on a world of size 1 (NCCL) against the raw loop and against a hand-written
 FSDP2 loop with the same ``MixedPrecisionPolicy`` (the like-for-like comparison), with Lite's fsdp with every Block
-activation-checkpointed beside them (tokens/s and peak memory), once at the batch and once at twice the batch. Within
-a section all runners
+activation-checkpointed beside them (tokens/s and peak memory), once at the batch and once at twice the batch; then
+float8 (core-torchao, compiled): the raw bf16 loop against Lite's ``fp8`` and ``fp8-rowwise`` and a hand-written
+torchao conversion of the same layers, at the GPT-2-small shape (``float8``) and at a 0.7 B shape (``float8-0.7b``;
+both run last and are skipped, with the reason recorded, when the budget has no room left for them). Within a
+section all runners
 live in the process at once and take turns: each round runs one block of timed steps per runner, in an order
 rotated every round, so a drift of the card (clocks, temperature) lands on every runner alike. Warm-up steps
 (which include compilation) are never timed. The ratios are the medians of the per-round ratios to the raw
@@ -38,6 +41,7 @@ import signal
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -189,12 +193,16 @@ def _state_of(model: nn.Module, optimizer: Any) -> Callable[[], list[torch.Tenso
     return lambda: [*model.parameters(), *_optimizer_tensors(optimizer)]
 
 
-def raw_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.device, compile: bool) -> Runner:
+def raw_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.device, compile: bool,
+               convert: Callable[[nn.Module], None] | None = None, name: str = "raw") -> Runner:
+    """The plain loop; ``convert`` changes the model in place before it is compiled (float8 by hand)."""
     model = GPT(shape).to(device)
     model.load_state_dict(weights)
+    if convert is not None:
+        convert(model)
     forward: nn.Module = torch.compile(model) if compile else model  # type: ignore[assignment]
     optimizer = _adamw(model, device)
-    return Runner("raw", _autocast_step(forward, optimizer, device), _state_of(model, optimizer))
+    return Runner(name, _autocast_step(forward, optimizer, device), _state_of(model, optimizer))
 
 
 def _autocast_step(forward: nn.Module, optimizer: torch.optim.Optimizer,
@@ -285,13 +293,14 @@ class Plan:
     sections: tuple[str, ...]
 
 
-SECTIONS = ("eager", "fsdp", "compiled")
+SECTIONS = ("eager", "fsdp", "compiled", "float8", "float8-0.7b")
 
 
 def configurations(sections: tuple[str, ...]) -> list[str]:
     """The runner names of each section, as ``--list`` prints them."""
     names = {"eager": ["raw", "lite", "fabric", "accelerate"], "compiled": ["raw", "lite", "fabric", "accelerate"],
-             "fsdp": ["raw", "lite_fsdp", *FSDP_RUNNERS]}
+             "fsdp": ["raw", "lite_fsdp", *FSDP_RUNNERS],
+             **{name: list(FLOAT8_RUNNERS) for name in ("float8", "float8-0.7b")}}
     return [f"{section}/{name}" for section in sections for name in names[section]]
 
 
@@ -391,6 +400,10 @@ def paired_ratios(section: str, runners: list[Runner]) -> list[dict[str, Any]]:
                         "met": value >= 0.99 if target != "report" else None})
     if section == "fsdp":
         out += fsdp_ratios(by_name, ratio)
+    if "lite_fp8" in by_name and "raw_fp8" in by_name:  # Lite's fp8 against the same conversion by hand
+        value = ratio("lite_fp8", "raw_fp8")
+        out.append({"name": f"{section}: lite_fp8 vs raw_fp8 (hand-written torchao), tokens/s", "ratio": value,
+                    "target": ">= 0.99", "met": value >= 0.99})
     for peer in PEERS:
         if lite in by_name and peer in by_name:
             value = ratio(lite, peer)
@@ -529,6 +542,94 @@ def _measure(section: str, runners: list[Runner], plan: Plan, result: dict[str, 
     result["comparisons"] += paired_ratios(section, measured)
 
 
+# ---------------------------------------------------------------------------------------------- float8 (torchao)
+
+GPT_07B = Shape(layers=12, dim=2048, heads=16, context=1024, vocab=50304, batch=4)  # ~0.7 B parameters
+FLOAT8_RUNNERS = ("raw", "lite_fp8", "raw_fp8", "lite_fp8_rowwise")
+"""Compiled, in this order (a runner the budget leaves no time for is left out): raw is the bf16-mixed loop; raw_fp8
+converts the same layers by hand with torchao (the reference for Lite's fp8: target >= 0.99)."""
+
+
+def float8_missing(device: torch.device) -> str | None:
+    """Why the float8 section cannot run here, or None (emulated float8 on a CPU runs, for the dry run)."""
+    for module in ("torchao", "core_torchao"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not importable here"
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        return f"{torch.cuda.get_device_name(device)} has no float8 (compute capability 8.9 or newer needed)"
+    return None
+
+
+def _float8_filter() -> Any:
+    """The layers both the hand-written conversion and Lite's convert: core-torchao's default rule."""
+    from core.toolkit.precisions import LinearFilter
+
+    return LinearFilter(min_weight_elements=0 if _TINY_FLOAT8[0] else 1 << 20)
+
+
+_TINY_FLOAT8 = [False]  # a --tiny run converts every eligible layer of its small model
+
+
+def raw_fp8_runner(shape: Shape, weights: dict[str, torch.Tensor], device: torch.device, recipe: str) -> Runner:
+    """torchao's documented recipe by hand: convert, compile, bf16 autocast around the forward."""
+    import dataclasses
+
+    from torchao.float8 import (  # type: ignore[import-not-found,unused-ignore]
+        Float8LinearConfig,
+        convert_to_float8_training,
+    )
+
+    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=device.type != "cuda")
+
+    def convert(model: nn.Module) -> None:
+        chosen = set(_float8_filter().chosen(model))
+        convert_to_float8_training(model, module_filter_fn=lambda _, fqn: fqn in chosen, config=config)
+
+    return raw_runner(shape, weights, device, True, convert=convert, name="raw_fp8")
+
+
+def float8_section(plan: Plan, section: str, result: dict[str, Any], log: Callable[[str], None]) -> None:
+    """fp8 and fp8-rowwise (Lite, core-torchao) and a hand-written torchao conversion against bf16-mixed, compiled.
+
+    ``float8``: the plan's shape (GPT-2-small); ``float8-0.7b``: :data:`GPT_07B` (``--tiny``: the tiny shape)."""
+    from core_torchao import Float8Precision  # type: ignore[import-not-found,unused-ignore]
+
+    from core import Lite
+
+    missing = float8_missing(plan.device)
+    if missing is not None:
+        result["skipped"].append({"config": f"{section}/*", "reason": missing})
+        log(f"  {section}: skipped, {missing}")
+        return
+    _TINY_FLOAT8[0] = plan.shape == TINY
+    shape = GPT_07B if section == "float8-0.7b" and plan.shape == GPT2_SMALL else plan.shape
+    section_plan = Plan(shape=shape, device=plan.device, warmup=plan.warmup, steps=plan.steps, rounds=plan.rounds,
+                        sections=plan.sections)
+    torch.manual_seed(0)
+    weights = {name: tensor.clone() for name, tensor in GPT(shape).state_dict().items()}
+    accelerator = "cuda" if plan.device.type == "cuda" else "cpu"
+    lites = {name: Lite(accelerator=accelerator, strategy="single_device", devices=1,
+                        precision=Float8Precision(name, layer_filter=_float8_filter()))
+             for name in ("fp8", "fp8-rowwise")}
+    runners: list[Runner] = []
+    skipped: list[dict[str, str]] = result["skipped"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "runs float8 emulated" on the CPU dry run
+        for lite in lites.values():
+            lite.launch()  # one process, nothing to start: each Lite runs on in this one
+        _build("raw", lambda: raw_runner(shape, weights, plan.device, True), runners, skipped, section, log)
+        _build("lite_fp8", lambda: lite_runner(lites["fp8"], shape, weights, True, "lite_fp8"), runners, skipped,
+               section, log)
+        _build("raw_fp8", lambda: raw_fp8_runner(shape, weights, plan.device, "tensorwise"), runners, skipped,
+               section, log)
+        _build("lite_fp8_rowwise", lambda: lite_runner(lites["fp8-rowwise"], shape, weights, True,
+                                                       "lite_fp8_rowwise"), runners, skipped, section, log)
+        _measure(section, runners, section_plan, result, log)
+    for row in result["rows"]:
+        if row["section"] == section:
+            row["model"] = f"{parameter_count(shape) / 1e6:.0f} M ({shape.layers} x {shape.dim})"
+
+
 # ---------------------------------------------------------------------------------------------------- reports
 
 
@@ -600,7 +701,8 @@ def alarm(seconds: float) -> Iterator[None]:
 
 # Seconds a section is expected to need at the GPT-2-small size on an H100 (warm-up and compilation included);
 # a section starts only if this much of the budget is left.
-SECTION_ESTIMATE_S = {"eager": 25.0, "fsdp": 40.0, "compiled": 70.0}  # compiled: at least raw and Lite
+SECTION_ESTIMATE_S = {"eager": 25.0, "fsdp": 40.0, "compiled": 70.0,  # compiled: at least raw and Lite
+                      "float8": 55.0, "float8-0.7b": 90.0}  # float8: at least raw (bf16) and lite_fp8, compiled
 
 
 def _versions() -> dict[str, str]:
@@ -646,7 +748,9 @@ def run(plan: Plan, out: Path, budget_s: float, log: Callable[[str], None] = pri
                                               f"the section needs about {estimate:.0f} s"})
                     continue
                 log(f"  section {section} ({left:.0f} s of the budget left)")
-                if section == "fsdp":
+                if section.startswith("float8"):
+                    float8_section(plan, section, result, log)
+                elif section == "fsdp":
                     # The launch exports rank variables (RANK, LOCAL_RANK, ...) that would make the peers built in a
                     # later section think they run under a distributed launcher: put the environment back after.
                     saved = dict(os.environ)

@@ -61,6 +61,11 @@ TRAITS: Final[Mapping[str, Trait]] = {
             "Why it cannot run on this machine (None when it can); shown by ``--check`` and in errors.",
         ),
         Trait(
+            "limitation", ALL_KINDS, "None, a str, or a method returning str | None",
+            "What it lacks on this machine although it runs (float8 emulated where no GPU computes it); shown by "
+            "``--check`` beside 'usable'.",
+        ),
+        Trait(
             "priority", frozenset({"accelerator", "environment"}), "an int",
             "The order in which ``auto`` asks candidates, highest first.",
         ),
@@ -118,6 +123,7 @@ class PluginTraits:
     supports: Supports = attrs.field(factory=_default_supports)
     contract_version: int | None = None
     unavailable_reason: str | Callable[[], str | None] | None = None
+    limitation: str | Callable[[], str | None] | None = None
     priority: int = 0
     auto_strategies: Mapping[str, str] = attrs.field(factory=dict)
     max_processes: int | None = None
@@ -130,6 +136,10 @@ class PluginTraits:
         reason = self.unavailable_reason
         return reason() if callable(reason) else reason
 
+    def limitation_here(self) -> str | None:
+        """The plugin's ``limitation``, called if it is a method."""
+        limitation = self.limitation
+        return limitation() if callable(limitation) else limitation
 
 
 _CHECKS: Final[Mapping[str, Callable[[Any], bool]]] = {
@@ -138,6 +148,7 @@ _CHECKS: Final[Mapping[str, Callable[[Any], bool]]] = {
     "supports": lambda value: isinstance(value, Supports),
     "contract_version": lambda value: is_whole(value, 1),
     "unavailable_reason": lambda value: value is None or isinstance(value, str) or callable(value),
+    "limitation": lambda value: value is None or isinstance(value, str) or callable(value),
     "priority": is_whole,
     "auto_strategies": lambda value: isinstance(value, Mapping)
     and all(key in AUTO_STRATEGY_KEYS and isinstance(alias, str) for key, alias in value.items()),

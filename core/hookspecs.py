@@ -31,6 +31,9 @@ the attribute and the valid names; it never silently falls back to the default.
 ``unavailable_reason``
     All kinds. ``None``, a string, or a method returning one: why the plugin cannot run on this machine
     (a missing library, no device). Shown by ``--check`` and in errors.
+``limitation``
+    All kinds. ``None``, a string, or a method returning one: what the plugin lacks on this machine although
+    it runs (float8 emulated where no GPU computes it). Shown by ``--check`` beside ``usable``.
 ``priority``
     Accelerators and environments (an int, default 0): the order in which ``auto`` asks candidates,
     highest first.
@@ -572,12 +575,76 @@ def strategy_teardown() -> None:
 
 @hookspec(firstresult=True)
 def precision_convert_module(module: torch.nn.Module) -> torch.nn.Module:
-    """Convert a module's parameters and buffers to this precision.
+    """Convert a module's parameters and buffers to this precision, or its layers to this precision's layers.
 
-    :param module: The module, before the strategy wraps it.
-    :return: The converted module (the same object for mixed precisions).
+    :param module: The user's model, before the strategy shards, wraps or compiles it: never the Trainer's
+        step wrapper (``Lite`` passes the model a wrapper names in ``core_wrapped_attribute``), so the names of
+        ``module.named_modules()`` are the user's own, without a ``module.`` prefix. On the meta device when it
+        was created with ``init_module(empty_init=True)`` under a sharding strategy: a conversion that needs the
+        values does that part in :func:`precision_module_materialized`.
+    :return: The converted module. A structural precision (one that replaces layers, like float8 or 4-bit) changes
+        the module in place and returns it, so references the user holds stay valid.
 
-    Implemented by precisions. Called once per module by ``Lite.setup``. Stops at first non-None result.
+    Implemented by precisions. Called exactly once per module and precision alias in a process by ``Lite.setup``
+    / ``setup_module``: a module set up again (the Trainer's ``fit`` then ``test``) is not converted twice.
+    Parameters the conversion replaces are replaced in the optimizers given to the same ``Lite.setup`` call
+    (and in those set up later with ``setup_optimizers``) by ``Lite``, as for a sharding strategy; a precision
+    never re-points optimizers itself. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_module_materialized(module: torch.nn.Module) -> None:
+    """Finish a conversion that needed real values, once a strategy gave an empty-init module its weights.
+
+    :param module: The user's model as converted by :func:`precision_convert_module`, now holding real (possibly
+        sharded) tensors.
+
+    Implemented by precisions that need weight values (quantization); optional. Called by ``Lite.setup`` right
+    after the strategy set up a module that was on the meta device (``init_module(empty_init=True)``), before any
+    checkpoint is loaded into it. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_module_state_to_save(module: torch.nn.Module, state: dict[str, Any]) -> dict[str, Any] | None:
+    """Turn a converted module's state dict into the plain form written to a checkpoint.
+
+    :param module: The user's model, as converted.
+    :param state: ``module.state_dict()`` as the strategy gives it (whole or sharded tensors).
+    :return: The state to write: the keys and dtypes the unconverted model would have (so that a checkpoint of a
+        converted run loads into an unconverted one), or ``None`` to write ``state`` as it is.
+
+    Implemented by structural precisions; optional. Called by ``Lite.save`` for every module of the state, on every
+    rank, before the strategy writes. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_module_state_to_load(module: torch.nn.Module, state: dict[str, Any]) -> dict[str, Any] | None:
+    """Turn a saved (plain) state dict into what the converted module's ``load_state_dict`` takes.
+
+    :param module: The user's model, as converted.
+    :param state: The entry of the checkpoint for this module: plain (saved by any run) or already converted.
+    :return: A state dict with the converted module's keys and shapes, or ``None`` to load ``state`` as it is.
+
+    Implemented by structural precisions; optional. Called by ``Lite.load`` for every module of the state,
+    before Lite checks the keys and shapes against the module, so a plain checkpoint loads into a converted
+    run. Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def precision_sharded_parameter_dtype() -> torch.dtype | None:
+    """The dtype a sharding strategy gathers parameters in for computation (FSDP's ``MixedPrecisionPolicy``).
+
+    :return: A floating dtype (``torch.bfloat16`` for a precision that computes under bf16 autocast), or
+        ``None`` for the parameters' own dtype.
+
+    Implemented by precisions whose computation dtype differs from the stored parameters'; optional. Read by
+    sharding strategies (fsdp) when they build their policy: gradients are then reduced in float32. A precision
+    that implements nothing keeps the parameters' dtype (float32 for float32 weights), never silently another.
+    Stops at first non-None result.
     """
 
 

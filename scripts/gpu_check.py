@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEELS = ROOT / ".gpu-wheels"
 # core and the plugins the gpu tests and the benchmark select; nothing else is installed there.
 DISTRIBUTIONS = (".", "plugins/core-cuda", "plugins/core-amp", "plugins/core-ddp", "plugins/core-dcp",
-                 "plugins/core-fsdp", "plugins/core-model-parallel")
+                 "plugins/core-fsdp", "plugins/core-model-parallel", "plugins/core-torchao")
 GPU_TESTS = ("tests/gpu",)
 LIMIT_S = 480.0  # the check must end inside 8 minutes, its own start included
 # The strategies file (one NCCL job with a compile) and the digits demo take most of the tests' time; side by side on
@@ -212,9 +212,9 @@ def _canonical(name: str) -> str:
 
 
 def carried_pins(makefile: Path = ROOT / "Makefile") -> dict[str, str]:
-    """The wheels ``make gpu-wheels`` carries (its ``GPU_WHEEL_PINS``): name -> version."""
-    match = re.search(r"^GPU_WHEEL_PINS \??= (.+)$", makefile.read_text(), re.MULTILINE)
-    pins = match.group(1).split() if match else []
+    """The wheels ``make gpu-wheels`` carries (every ``GPU_WHEEL_PINS`` line, ``?=`` and ``+=``): name -> version."""
+    lines = re.findall(r"^GPU_WHEEL_PINS (?:\?|\+)?= (.+)$", makefile.read_text(), re.MULTILINE)
+    pins = [pin for line in lines for pin in line.split()]
     return {_canonical(pin.split("==")[0]): pin.split("==")[1] for pin in pins if "==" in pin}
 
 

@@ -6,7 +6,7 @@
 #
 # `demo` creates the venv and installs torch (the pin in constraints.txt), core with its `examples` extra
 # (scikit-learn) and the first-party plugins, all editable. `all` adds core's
-# `test` extra (pytest, mypy, ruff, the docs toolchain, MLflow, W&B), the engines under contrib/ (Ray, hivemind,
+# `test` and `lightning` extras (pytest, mypy, ruff, the docs toolchain, MLflow, W&B), the engines under contrib/ (Ray, hivemind,
 # torchft, ...), Horovod's build, and the system packages: scripts/system-deps.sh (apt-get for SLURM, munge,
 # Open MPI) runs in the background while pip fills the venv, since neither uses the other and on a fresh machine
 # both mostly wait on downloads. Its output is printed when it ends, and a failure of either fails the setup.
@@ -62,7 +62,11 @@ all)
     }
     trap finish EXIT
     # Core again (editable, a few seconds) for its extras; the plugins from `demo` stay as they are.
-    pip_install -e '.[examples,test]' "${editable[@]}"
+    pip_install -e '.[examples,test,lightning]' "${editable[@]}"
+    # tests/test_litgpt.py runs litgpt (a Fabric program, pinned in constraints.txt) unmodified through the
+    # `lightning` alias: litgpt without its `lightning` requirement (--no-deps), then the rest of what it imports.
+    pip_install --no-deps litgpt
+    pip_install huggingface-hub tokenizers
     # Horovod has no wheel for torch 2.x: core-horovod builds its sdist once (C++17, -O1) and caches the wheel.
     if [ -d contrib/core-horovod ]; then "$venv/bin/python" -m core_horovod.install --if-missing; fi
     # What `demo` installed uncompiled (torch, scipy, ...), compiled once for the test processes; like pip, a file

@@ -160,6 +160,9 @@ HEAVY_FILES = {
     "tests/test_template.py": 60.0,
     "tests/test_conformance_kit.py": 40.0,
     "plugins/core-safetensors/tests/test_safetensors_layouts.py": 40.0,
+    "tests/test_litgpt.py": 170.0,  # litgpt compiles its model: 170 s with a cold inductor cache, 70 s warm
+    "tests/test_dist_lightning.py": 110.0,
+    "tests/test_lightning_downstream.py": 40.0,
 }
 DISTRIBUTED_TEST_COST = 3.0
 OTHER_TEST_COST = 0.05

@@ -253,7 +253,7 @@ RUNNABLE = [block for block in BLOCKS if block.runnable]
 # The tests at the end of this file that read a page's output: the page runs for them even when -k deselects
 # its blocks' own tests.
 OUTPUT_TESTS = {"README.md": "readme_example", "docs/lite.md": "lite_conversion_guide",
-                "docs/strategies.md": "_example"}
+                "docs/parallelism.md": "_example"}
 PARSED = [block for block in BLOCKS if block.fragment is None and block.language in PARSE]
 
 
@@ -361,19 +361,19 @@ def test_both_loops_of_the_lite_conversion_guide_reach_the_same_accuracy(runs: R
 @pytest.mark.distributed
 @pytest.mark.timeout(900)
 def test_the_tensor_parallel_example_trains_and_writes_a_sharded_checkpoint(runs: Runs) -> None:
-    lines = printed(runs, "docs/strategies.md", "# tensor_parallel_lite.py")
+    lines = printed(runs, "docs/parallelism.md", "# tensor_parallel_lite.py")
     assert any(line.startswith("DeviceMesh((data_parallel=1, tensor_parallel=2)") for line in lines), lines
     falling(lines, "step", [0, 10, 20, 30, 39], 4)
-    assert (runs.directory("docs/strategies.md") / "tensor_parallel.ckpt").is_dir()
+    assert (runs.directory("docs/parallelism.md") / "tensor_parallel.ckpt").is_dir()
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(900)
 def test_the_pipeline_examples_train_with_each_rank_holding_its_stage(runs: Runs) -> None:
-    lines = printed(runs, "docs/strategies.md", "# pipeline_lite.py")
+    lines = printed(runs, "docs/parallelism.md", "# pipeline_lite.py")
     # lite.print prints on rank 0 only: rank 0 holds layers 0 and 1, not the head (stage 1's).
     assert "rank 0 holds ['layers.0', 'layers.1']" in lines, lines
     falling(lines, "step", [0, 10, 20, 30, 39], 4)
-    lines = printed(runs, "docs/strategies.md", "# pipeline_trainer.py")
+    lines = printed(runs, "docs/parallelism.md", "# pipeline_trainer.py")
     falling(lines, "epoch", [0, 10, 20, 30, 39], 4)
     assert "checkpoint holds ['head', 'layers']" in lines, lines  # rank 0 held no head, its checkpoint does

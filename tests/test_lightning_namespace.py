@@ -30,7 +30,7 @@ def test_the_top_level_names_are_core_classes() -> None:
     # Lightning's default logger and output layout (lightning_logs/version_N/...) over core's Trainer.
     assert issubclass(L.Trainer, core.Trainer) and L.Trainer is L.pytorch.Trainer
     assert L.Callback is core.Callback
-    assert L.seed_everything is core.seed_everything
+    assert L.seed_everything is L.pytorch.seed_everything  # core.seed_everything with PL_GLOBAL_SEED (Lightning's)
     assert L.pytorch.Trainer is not core.Trainer
     assert L.fabric.Fabric is core.Lite
 

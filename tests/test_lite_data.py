@@ -181,9 +181,16 @@ def test_a_subset_random_sampler_is_split_without_overlap_and_redrawn_each_epoch
 
 def test_unsized_samplers_and_subclasses_cannot_be_split_and_say_what_to_do() -> None:
     class MyLoader(DataLoader[Any]):
-        pass
+        def __init__(self, data: Any) -> None:  # a constructor of its own: cannot be rebuilt without knowing it
+            super().__init__(data, batch_size=1)
+
+    class StatefulLoader(DataLoader[Any]):  # DataLoader's constructor kept: rebuilt as itself, as Lightning does
+        def state_dict(self) -> dict[str, Any]:
+            return {}
 
     def check(lite: core.Lite) -> None:
+        rebuilt = lite.setup_dataloaders(StatefulLoader(dataset()))
+        assert type(rebuilt.loader) is StatefulLoader and isinstance(rebuilt.loader.sampler, DistributedSampler)
         with pytest.raises(core.ConfigurationError) as error:
             lite.setup_dataloaders(DataLoader(dataset(), sampler=Unsized()))
         assert "custom sampler Unsized, which has no length" in str(error.value)

@@ -240,6 +240,17 @@ def test_a_first_party_alias_that_is_not_installed_is_refused_too(monkeypatch: p
     check_unclaimed("precision", "whisper")  # a name nobody has: free
 
 
+def test_the_alias_may_differ_from_the_distribution_name(tmp_path: Path) -> None:
+    root = generate("precision", "quantized", tmp_path, alias="int4-mine")
+    pyproject = (root / "pyproject.toml").read_text()
+    assert root.name == "core-quantized" and 'name = "core-quantized"' in pyproject
+    assert '"int4-mine" = "core_quantized:' in pyproject, pyproject
+    assert 'precision="int4-mine"' in (root / "README.md").read_text()
+    # The alias is what must be free: a first-party alias is refused even under a new distribution name.
+    with pytest.raises(core.ConfigurationError, match="the precision alias 'fp8' is already provided by core-torchao"):
+        check_unclaimed("precision", "quantized", "fp8")
+
+
 def test_an_existing_package_is_not_overwritten(tmp_path: Path) -> None:
     generate("precision", "mine", tmp_path)
     with pytest.raises(core.ConfigurationError, match="core-mine already exists and is not empty"):

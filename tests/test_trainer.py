@@ -203,7 +203,7 @@ def test_without_restoring_the_generators_the_resumed_run_differs(
 
 
 def test_last_with_no_checkpoint_warns_and_starts_from_the_beginning(tmp_path: Path) -> None:
-    with pytest.warns(core.CoreWarning, match="found no checkpoint"):
+    with pytest.warns(core.CoreWarning, match="there is no last checkpoint.*No checkpoint will be loaded"):
         _, recorder = fit(tmp_path, 1, ckpt_path="last")
     assert recorder.rows[0][1]["epoch"] == 0
 

@@ -27,6 +27,11 @@ class CPUAccelerator:
     def accelerator_device_count(self) -> int:
         return 1
 
+    @staticmethod
+    def auto_device_count() -> int:
+        """Devices ``devices="auto"`` uses: one process on the CPU (Lightning's ``auto_device_count``)."""
+        return 1
+
     @hookimpl
     def accelerator_parse_devices(self, devices: DeviceRequest) -> list[int]:
         if devices.auto:

@@ -8,25 +8,15 @@ are aliases of the same factories.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final
 
 import torch
 
 from core._markers import hookimpl
+from core.toolkit.precisions import default_dtype, floating_to
 from core.toolkit.tensors import apply_to_tensors
-
-
-@contextmanager
-def default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """Make ``dtype`` the default for new floating tensors, restoring the previous one on exit."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
 
 
 class TruePrecision:
@@ -66,8 +56,7 @@ class TruePrecision:
     def precision_convert_output(self, data: Any) -> Any:
         if not self._converts:
             return data
-        target = torch.get_default_dtype()
-        return apply_to_tensors(data, lambda t: t.to(target) if torch.is_floating_point(t) else t)
+        return floating_to(data)
 
     @hookimpl
     def precision_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> bool:

@@ -34,11 +34,17 @@ class ModelCheckpoint(Checkpoint):
     :param save_top_k: How many to keep: the k best by ``monitor`` (or the k most recent... with ``monitor=None``
         only 1 or all), ``-1`` all, ``0`` none (``save_last`` still writes).
     :param save_last: Also write ``last.ckpt`` at every save.
-    :param every_n_epochs: Save at the end of every N-th epoch (the default, N = 1).
-    :param every_n_train_steps: Save every N optimizer steps instead, at the end of that training batch.
+    :param every_n_epochs: Save at the end of every N-th epoch (the default, N = 1; 0: never by epochs).
+    :param every_n_train_steps: Save every N optimizer steps instead, at the end of that training batch (0: never).
     :param save_weights_only: Keep only the weights and hyperparameters (such a file cannot resume a fit).
     :param auto_insert_metric_name: Write ``{epoch}`` as ``epoch=3`` in file names.
     :param verbose: Print each save on global rank 0.
+    :param save_on_exception: Also save when the run raises (the Trainer's ``on_exception``), named from the
+        template as any other file.
+    :param save_on_train_epoch_end: Save at the end of the training epoch (True) or after each validation
+        (False). ``None`` decides as Lightning: after each validation when validation runs several times an epoch
+        (``val_check_interval`` < 1) or not every epoch (``check_val_every_n_epoch`` > 1), else at the epoch end.
+    :param enable_version_counter: Add ``-v1``, ``-v2``, ... to a file name that exists; ``False`` overwrites it.
 
     The decision (which file to write, which to delete) is made on global rank 0 and broadcast, so every
     rank keeps the same state; every rank calls the save (the strategy decides who writes), and only rank 0
@@ -62,6 +68,9 @@ class ModelCheckpoint(Checkpoint):
         save_weights_only: bool = False,
         auto_insert_metric_name: bool = True,
         verbose: bool = False,
+        save_on_exception: bool = False,
+        save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
     ) -> None:
         if mode not in _MODES:
             raise ConfigurationError(f"ModelCheckpoint(mode={mode!r}): expected 'min' or 'max'.")
@@ -74,14 +83,14 @@ class ModelCheckpoint(Checkpoint):
                 f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no way "
                 f"to rank checkpoints; pass monitor='val_loss' (for example), or save_top_k=1 (latest) / -1 (all)."
             )
-        if every_n_epochs is not None and every_n_train_steps is not None:
+        for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
+            if value is not None and not is_whole(value, 0):
+                raise ConfigurationError(f"ModelCheckpoint({name}={value!r}): expected a whole number >= 0.")
+        if every_n_epochs and every_n_train_steps:
             raise ConfigurationError(
                 "ModelCheckpoint takes every_n_epochs or every_n_train_steps, not both "
                 f"(got {every_n_epochs} and {every_n_train_steps})."
             )
-        for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
-            if value is not None and not is_whole(value, 1):
-                raise ConfigurationError(f"ModelCheckpoint({name}={value!r}): expected a whole number >= 1.")
         self._given_dirpath = os.fspath(dirpath) if dirpath is not None else None
         self.dirpath: str | None = self._given_dirpath
         self.filename = filename
@@ -89,8 +98,13 @@ class ModelCheckpoint(Checkpoint):
         self.mode = mode
         self.save_top_k = save_top_k
         self.save_last = bool(save_last)
-        self.every_n_train_steps = every_n_train_steps
-        self.every_n_epochs = every_n_epochs if every_n_epochs is not None or every_n_train_steps else 1
+        self.every_n_train_steps = every_n_train_steps or None  # 0: never by steps (Lightning's spelling)
+        if every_n_epochs is None and every_n_train_steps is None:
+            every_n_epochs = 1
+        self.every_n_epochs = every_n_epochs or None  # 0: never by epochs
+        self.save_on_exception = save_on_exception
+        self.save_on_train_epoch_end = save_on_train_epoch_end
+        self.enable_version_counter = enable_version_counter
         self.save_weights_only = save_weights_only
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
@@ -139,9 +153,39 @@ class ModelCheckpoint(Checkpoint):
         self.save(trainer)
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
+        if self._saves_on_train_epoch_end(trainer):
+            self._save_for_epoch(trainer)
+
+    def on_validation_end(self, trainer: TrainerView, module: Module) -> None:
+        if trainer.state == "fit" and not trainer.sanity_checking and not self._saves_on_train_epoch_end(trainer):
+            self._save_for_epoch(trainer)
+
+    def on_exception(self, trainer: TrainerView, module: Module, exception: BaseException) -> None:
+        if (self.save_on_exception and trainer.state == "fit" and not trainer.sanity_checking
+                and not trainer.config.fast_dev_run and trainer.global_step != self._last_saved_step):
+            self._last_saved_step = trainer.global_step
+            path = self._unique_path(self._candidates(trainer), replacing="")
+            trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+            if self.save_last:
+                self._save_last(trainer)
+            trainer.print(f"ModelCheckpoint: {type(exception).__name__} raised ({exception}); saved {path}")
+
+    def _saves_on_train_epoch_end(self, trainer: TrainerView) -> bool:
+        """Lightning's rule (see ``save_on_train_epoch_end``): save at the epoch end or after validation."""
+        if self.save_on_train_epoch_end is not None:
+            return self.save_on_train_epoch_end
+        if trainer.config.check_val_every_n_epoch not in (1, None):
+            return False
+        if sum(trainer.num_val_batches) == 0:
+            return True
+        return bool(trainer.config.val_check_interval == 1.0)
+
+    def _save_for_epoch(self, trainer: TrainerView) -> None:
         every = self.every_n_epochs
         if self.every_n_train_steps is not None or every is None or (trainer.current_epoch + 1) % every:
             return
+        if trainer.global_step == self._last_saved_step and trainer.global_step > 0:
+            return  # already saved at this step (a step-based save, or a validation of this step)
         self.save(trainer)
 
     def state_dict(self) -> dict[str, Any]:
@@ -186,12 +230,23 @@ class ModelCheckpoint(Checkpoint):
         for old in removed:
             trainer.remove_checkpoint(old)
         if self.save_last:
-            last = os.path.join(self._directory(), self.NAME_LAST + self.FILE_EXTENSION)
-            trainer.save_checkpoint(last, weights_only=self.save_weights_only)
-            self.last_model_path = last
+            self._save_last(trainer)
         if path is not None or self.save_last:
             for logger in trainer.loggers:  # as Lightning: loggers that upload checkpoints pick them up here
                 logger.after_save_checkpoint(self)
+
+    def to_yaml(self, filepath: str | os.PathLike[str] | None = None) -> None:
+        """Write ``best_k_models`` (file -> score) as YAML, by default to ``<dirpath>/best_k_models.yaml``."""
+        import yaml
+
+        path = filepath if filepath is not None else os.path.join(self._directory(), "best_k_models.yaml")
+        with open(path, "w") as file:
+            yaml.dump({name: float(score) for name, score in self.best_k_models.items()}, file)
+
+    def _save_last(self, trainer: TrainerView) -> None:
+        last = os.path.join(self._directory(), self.NAME_LAST + self.FILE_EXTENSION)
+        trainer.save_checkpoint(last, weights_only=self.save_weights_only)
+        self.last_model_path = last
 
     def _directory(self) -> str:
         if self.dirpath is None:
@@ -264,7 +319,8 @@ class ModelCheckpoint(Checkpoint):
         directory = self._directory()
         path = os.path.join(directory, self.format_name(dict(metrics)))
         version = 1
-        while os.path.exists(path) and path != replacing and path not in self.best_k_models:
+        while (self.enable_version_counter and os.path.exists(path) and path != replacing
+               and path not in self.best_k_models):
             path = os.path.join(directory, self.format_name(dict(metrics), version))
             version += 1
         return path

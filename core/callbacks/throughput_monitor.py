@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
 from core._errors import ConfigurationError, CoreWarning
 from core.callbacks._callback import Callback
+from core.lite import Throughput
 
 if TYPE_CHECKING:
     from core.module import Module, TrainerView
 
 __all__ = ["ThroughputMonitor"]
-
-_Number = TypeVar("_Number", int, float)
 
 # Lightning's RunningStage values: the prefix of every key ("train/device/samples_per_sec").
 TRAIN: Final = "train"
@@ -33,86 +31,6 @@ PREDICT: Final = "predict"
 
 # What Lightning's Throughput takes besides the two values the callback fills in (available_flops, world_size).
 _THROUGHPUT_OPTIONS: Final = ("window_size", "separator", "using_sparse_model", "sparse_cuda_acceleration_factor")
-
-
-class _IncreasingWindow(Generic[_Number]):
-    """The latest ``size`` values of a running total; a value that does not increase is a caller's bug."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.values: list[_Number] = []
-
-    def append(self, value: _Number) -> None:
-        if self.values and value <= self.values[-1]:
-            raise ConfigurationError(f"Expected the value to increase, last: {self.values[-1]}, current: {value}")
-        self.values.append(value)
-        if len(self.values) > self.size:
-            del self.values[0]
-
-    @property
-    def full(self) -> bool:
-        return len(self.values) == self.size
-
-    def spread(self) -> _Number:
-        """The last value minus the first one of the window."""
-        return self.values[-1] - self.values[0]
-
-
-class _Throughput:
-    """Totals and rolling rates of one loop: Lightning's ``Throughput`` without the device peak (no MFU)."""
-
-    def __init__(self, world_size: int, window_size: int = 100, separator: str = "/") -> None:
-        if window_size < 2:
-            raise ConfigurationError(
-                f"ThroughputMonitor(window_size={window_size}): a rate needs at least 2 points; pass window_size >= 2."
-            )
-        self.world_size = world_size
-        self.separator = separator
-        self.times: _IncreasingWindow[float] = _IncreasingWindow(window_size)
-        self.batches: _IncreasingWindow[int] = _IncreasingWindow(window_size)
-        self.samples: _IncreasingWindow[int] = _IncreasingWindow(window_size)
-        self.lengths: _IncreasingWindow[int] = _IncreasingWindow(window_size)
-        self.flops: deque[float] = deque(maxlen=window_size)
-
-    def update(self, *, time: float, batches: int, samples: int, lengths: int | None, flops: float | None) -> None:
-        """Add the running totals after one more batch (``flops``: that batch's, on one process)."""
-        self.times.append(time)
-        self.batches.append(batches)
-        self.samples.append(samples)
-        if lengths is not None:
-            self.lengths.append(lengths)
-        if flops is not None:
-            self.flops.append(flops * self.world_size)
-
-    def compute(self) -> dict[str, float]:
-        sep, several = self.separator, self.world_size > 1
-        metrics: dict[str, float] = {
-            "time": self.times.values[-1],
-            "batches": self.batches.values[-1],
-            "samples": self.samples.values[-1],
-        }
-        if self.lengths.values:
-            metrics["lengths"] = self.lengths.values[-1]
-        if not self.times.full:
-            return metrics
-        elapsed = self.times.spread()
-        per_device = {
-            "batches_per_sec": self.batches.spread() / elapsed,
-            "samples_per_sec": self.samples.spread() / elapsed,
-        }
-        if self.lengths.full:
-            per_device["items_per_sec"] = self.lengths.spread() / elapsed
-        for name, rate in per_device.items():
-            metrics[f"device{sep}{name}"] = rate
-            if several:
-                metrics[name] = rate * self.world_size
-        if len(self.flops) == self.flops.maxlen:
-            # Each update adds the flops of one batch; the first one's were spent before the window began.
-            flops_per_sec = (sum(self.flops) - self.flops[0]) / elapsed
-            metrics[f"device{sep}flops_per_sec"] = flops_per_sec / self.world_size
-            if several:
-                metrics["flops_per_sec"] = flops_per_sec
-        return metrics
 
 
 class ThroughputMonitor(Callback):
@@ -147,8 +65,8 @@ class ThroughputMonitor(Callback):
         self.length_fn = length_fn
         self.kwargs = kwargs
         self.available_flops: float | None = None  # no table of device peaks here: no MFU
-        _Throughput(1, **self._options())  # refuse a bad window now, not at the first batch
-        self._throughputs: dict[str, _Throughput] = {}
+        Throughput(**self._options())  # refuse a bad window now, not at the first batch
+        self._throughputs: dict[str, Throughput] = {}
         self._t0s: dict[str, float] = {}
         self._samples: dict[str, int] = {}
         self._batches: dict[str, int] = {}
@@ -160,7 +78,7 @@ class ThroughputMonitor(Callback):
         return {name: value for name, value in self.kwargs.items() if name in ("window_size", "separator")}
 
     def _start(self, trainer: TrainerView, stage: str) -> None:
-        self._throughputs[stage] = _Throughput(trainer.world_size, **self._options())
+        self._throughputs[stage] = Throughput(world_size=trainer.world_size, **self._options())
         self._samples[stage] = self._batches[stage] = self._lengths[stage] = 0
         self._t0s[stage] = time.perf_counter()
 

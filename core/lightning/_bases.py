@@ -71,3 +71,14 @@ class ClusterEnvironment(_PluginBase):
 
     _kinds = ("environment",)
     _lightning_path = "lightning.fabric.plugins.environments.ClusterEnvironment"
+
+
+class Precision(_PluginBase):
+    """``lightning.fabric.plugins.Precision``: any core precision plugin, for annotations and ``isinstance``.
+
+    Subclassing it is refused with the redirect: a precision is a class with ``@core.hookimpl`` methods for the
+    precision hooks (``precision_convert_module``, ``precision_autocast``, ``precision_backward``, ...).
+    """
+
+    _kinds = ("precision",)
+    _lightning_path = "lightning.fabric.plugins.Precision"

@@ -61,6 +61,10 @@ class LightningTreeFinder(importlib.abc.MetaPathFinder):
             return None
         tree = fullname[len("core.lightning."):]
         parent, _, last = tree.rpartition(".")
+        if tree not in MODULES and parent in MODULES and last in _tree_map.table(parent):
+            # A name of the module, not a submodule: `pkgutil.resolve_name` and `mock.patch` try importing
+            # "...loggers.TensorBoardLogger" before getattr, and expect the ImportError a real package gives.
+            return None
         if tree not in MODULES and parent in MODULES:
             # `from core.lightning.pytorch.callbacks import EarlyStoping` tries the submodule after the name.
             known = [*_tree_map.table(parent), *_tree_map.children(parent)]

@@ -26,6 +26,8 @@ _TENSORBOARDX_AVAILABLE: Final = _installed("tensorboardX")
 _WANDB_AVAILABLE: Final = _installed("wandb")
 _MLFLOW_AVAILABLE: Final = _installed("mlflow")
 _JSONARGPARSE_SIGNATURES_AVAILABLE: Final = _installed("jsonargparse") and _installed("docstring_parser")
+_RICH_AVAILABLE: Final = _installed("rich")
+_OMEGACONF_AVAILABLE: Final = _installed("omegaconf")
 _COMET_AVAILABLE: Final = False
 """False whether or not comet_ml is installed: core has no CometLogger, so a program should take its other branch."""
 _LITLOGGER_AVAILABLE: Final = False

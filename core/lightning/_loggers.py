@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from core.lightning._tensorboard import HpMetric
 from core.loggers import CSVLogger as _CoreCSVLogger
 from core.loggers import TensorBoardLogger as _CoreTensorBoardLogger
 
@@ -32,7 +33,7 @@ class CSVLogger(_CoreCSVLogger):
         super().__init__(save_dir, name, version, flush_logs_every_n_steps)
         self.prefix = prefix
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         super().log_metrics(_prefixed(self.prefix, metrics), step)
 
 
@@ -48,8 +49,9 @@ class FabricCSVLogger(CSVLogger):
         return self.save_dir
 
 
-class TensorBoardLogger(_CoreTensorBoardLogger):
-    """``lightning.pytorch.loggers.TensorBoardLogger(save_dir, name="lightning_logs", version=None, ...)``."""
+class TensorBoardLogger(HpMetric, _CoreTensorBoardLogger):
+    """``lightning.pytorch.loggers.TensorBoardLogger(save_dir, name="lightning_logs", version=None, ...)``, with
+    Lightning's ``default_hp_metric`` (core/lightning/_tensorboard.py)."""
 
     hparams_file = "hparams.yaml"  # Lightning's file name and format
 
@@ -58,7 +60,7 @@ class TensorBoardLogger(_CoreTensorBoardLogger):
         super().__init__(save_dir, name, version, **writer_options)
         self.prefix = prefix
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         super().log_metrics(_prefixed(self.prefix, metrics), step)
 
 

@@ -99,7 +99,11 @@ UTILITIES: Final[dict[str, Entry]] = {
     "rank_zero_only": Target("core.lightning._rank_zero", "rank_zero_only"),
     "rank_zero_info": Target("core.lightning._rank_zero", "rank_zero_info"),
     "rank_zero_warn": Target("core.lightning._rank_zero", "rank_zero_warn"),
-    "seed_everything": Target("core.lite", "seed_everything"),
+    "seed_everything": Target("core.lightning._compat", "seed_everything"),
+    "Throughput": Target("core.lite", "Throughput"),
+    "ThroughputMonitor": Target("core.lite", "ThroughputMonitor"),
+    "measure_flops": Target("core.lite", "measure_flops"),
+    "get_available_flops": Target("core.lite", "get_available_flops"),
 }
 """The commonly imported part of ``lightning.pytorch.utilities`` and ``lightning.fabric.utilities``."""
 
@@ -112,12 +116,15 @@ PLUGINS: Final[dict[str, Entry]] = {
     **{
         name: Unsupported("plugins are chosen by alias, not constructed.", _ALIASES)
         for name in (
-            "Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision", "BitsandbytesPrecision",
-            "TransformerEnginePrecision", "CheckpointIO", "TorchCheckpointIO", "AsyncCheckpointIO",
-            "XLACheckpointIO",
+            "MixedPrecision", "HalfPrecision", "DoublePrecision", "CheckpointIO", "TorchCheckpointIO",
+            "AsyncCheckpointIO", "XLACheckpointIO",
         )
     },
+    # Precisions with options beyond an alias: Lightning's class, constructed, is the plugin object.
+    "BitsandbytesPrecision": Target("core_bitsandbytes", "BitsandbytesPrecision", "core-bitsandbytes"),
+    "TransformerEnginePrecision": Target("core.lightning._precisions", "TransformerEnginePrecision"),
     "ClusterEnvironment": Target("core.lightning._bases", "ClusterEnvironment"),
+    "Precision": Target("core.lightning._bases", "Precision"),  # annotations; subclassing says what to do
 }
 """``lightning.fabric.plugins`` and ``lightning.pytorch.plugins`` (their ``environments`` submodule aside)."""
 

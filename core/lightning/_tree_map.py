@@ -23,6 +23,10 @@ _H: Final = "core.lightning._helpers"
 _T: Final = "core.lightning._types"
 _DEMOS: Final = "core.lightning.pytorch.demos"
 _CLI: Final = "core.lightning.pytorch.cli"
+_C: Final = "core.lightning._compat"
+_STATES: Final = ("RunningStage", "TrainerFn", "TrainerState", "TrainerStatus")
+_SAVING: Final = ("convert", "load_hparams_from_tags_csv", "load_hparams_from_yaml", "save_hparams_to_tags_csv",
+                  "save_hparams_to_yaml", "update_hparams")
 
 EVERYWHERE: Final[dict[str, Entry]] = {
     "Fabric": Target("core.lite", "Lite"),
@@ -30,7 +34,7 @@ EVERYWHERE: Final[dict[str, Entry]] = {
     "LightningDataModule": Target("core.module", "DataModule"),
     "Trainer": Target("core.lightning._trainer", "Trainer"),  # Lightning's logger and layout
     "Callback": Target("core.callbacks", "Callback"),
-    "seed_everything": Target("core.lite", "seed_everything"),
+    "seed_everything": Target(_C, "seed_everything"),  # Lightning's PL_GLOBAL_SEED over core's
     "AttributeDict": Target("core.module", "AttributeDict"),
 }
 """Names that mean the same object in every Lightning module that defines or re-exports them."""
@@ -76,7 +80,19 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
                      "TRAIN_DATALOADERS")
     },
     "pytorch.utilities.grads": {"grad_norm": Target(_H, "grad_norm")},
-    "pytorch.utilities.imports": {"_TORCHVISION_AVAILABLE": Target(_H, "_TORCHVISION_AVAILABLE")},
+    # Lightning-private helpers that downstream programs (litgpt) import anyway, mapped to core's public ones.
+    "fabric.utilities.load": {
+        "_lazy_load": Target("core.toolkit.checkpoint", "lazy_load"),
+        "_NotYetLoadedTensor": Target("core.toolkit.checkpoint", "NotYetLoadedTensor"),
+        "_materialize_tensors": Target("core.toolkit.checkpoint", "materialize_tensors"),
+    },
+    "fabric.utilities.init": {
+        "_EmptyInit": Target("core.toolkit.tensors", "EmptyInit"),
+        "_materialize_meta_tensors": Target("core.toolkit.tensors", "materialize_meta_tensors"),
+    },
+    "pytorch.utilities.imports": {
+        name: Target(_H, name) for name in ("_TORCHVISION_AVAILABLE", "_RICH_AVAILABLE", "_OMEGACONF_AVAILABLE")
+    },
     "fabric.loggers.tensorboard": {
         "_TENSORBOARD_AVAILABLE": Target(_H, "_TENSORBOARD_AVAILABLE"),
         "_TENSORBOARDX_AVAILABLE": Target(_H, "_TENSORBOARDX_AVAILABLE"),
@@ -92,6 +108,29 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
             "LightningArgumentParser", "LightningCLI", "ModuleType", "OptimizerCallable", "ReduceLROnPlateau",
             "SaveConfigCallback", "_JSONARGPARSE_SIGNATURES_AVAILABLE", "instantiate_class", "instantiate_module",
         )
+    },
+    # the small public names of core/lightning/_compat.py
+    "fabric.utilities.exceptions": {"MisconfigurationException": Target(_C, "MisconfigurationException")},
+    "pytorch.utilities.exceptions": {"MisconfigurationException": Target(_C, "MisconfigurationException")},
+    "fabric.utilities.warnings": {"PossibleUserWarning": Target(_C, "PossibleUserWarning")},
+    "pytorch.utilities.warnings": {"PossibleUserWarning": Target(_C, "PossibleUserWarning")},
+    "pytorch.trainer.states": {name: Target(_C, name) for name in _STATES},
+    "pytorch.loggers.logger": {"DummyLogger": Target(_C, "DummyLogger")},
+    "pytorch.loggers.csv_logs": {"ExperimentWriter": Target(_C, "ExperimentWriter")},
+    # Lightning re-exports these from lightning_utilities, so its tree lists no names for the module
+    **{module: {name: Target("core.lightning._rank_zero", name)
+                for name in ("rank_zero_only", "rank_zero_info", "rank_zero_warn")}
+       for module in ("pytorch.utilities.rank_zero", "fabric.utilities.rank_zero")},
+    "pytorch.callbacks.early_stopping": {"EarlyStoppingReason": Target(_C, "EarlyStoppingReason")},
+    **{module: {"Precision": Target("core.lightning._bases", "Precision")}
+       for module in ("fabric.plugins", "fabric.plugins.precision", "fabric.plugins.precision.precision",
+                      "pytorch.plugins", "pytorch.plugins.precision", "pytorch.plugins.precision.precision")},
+    "fabric.utilities.apply_func": {
+        name: Target(_C, name) for name in ("convert_tensors_to_scalars", "convert_to_tensors", "move_data_to_device")
+    },
+    "pytorch.core.saving": {name: Target(_C, name) for name in _SAVING},
+    "fabric.utilities.seed": {
+        name: Target(_C, name) for name in ("pl_worker_init_function", "reset_seed", "seed_everything")
     },
 }
 """Names of one Lightning module (path without ``lightning.``) that no area table covers."""

@@ -39,10 +39,13 @@ def _copied_arguments(loader: DataLoader[Any]) -> dict[str, Any]:
 
 
 def _check_rebuildable(loader: DataLoader[Any]) -> None:
-    if type(loader) is not DataLoader:
+    # A subclass keeping DataLoader's constructor (it adds methods, as a loader with state_dict does) is rebuilt
+    # as itself, as Lightning rebuilds it; one with its own constructor cannot be rebuilt without knowing it.
+    if type(loader).__init__ is not DataLoader.__init__:
         raise ConfigurationError(
-            f"setup_dataloaders cannot add a distributed sampler to a {type(loader).__qualname__}: only a plain "
-            f"torch.utils.data.DataLoader can be rebuilt without knowing its constructor; {_WAY_OUT}."
+            f"setup_dataloaders cannot add a distributed sampler to a {type(loader).__qualname__}: only a "
+            f"torch.utils.data.DataLoader, or a subclass keeping its constructor, can be rebuilt without knowing "
+            f"the constructor; {_WAY_OUT}."
         )
     if loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler:
         raise ConfigurationError(
@@ -112,7 +115,7 @@ def with_distributed_sampler(loader: DataLoader[Any], sampler_kwargs: dict[str, 
         sampler = DistributedSampler(loader.dataset, **settings)
     else:  # a custom sampler, kept: each process reads its share of what it yields
         sampler = DistributedSamplerWrapper(loader.sampler, **settings)
-    return DataLoader(
+    return type(loader)(
         loader.dataset,
         batch_size=loader.batch_size,
         sampler=sampler,

@@ -67,6 +67,9 @@ class BoundHooks:
         "precision_convert_module",
         "precision_convert_output",
         "precision_load_state_dict",
+        "precision_module_materialized",
+        "precision_module_state_to_load",
+        "precision_module_state_to_save",
         "precision_optimizer_step",
         "precision_state_dict",
         "precision_tensor_init_context",
@@ -114,6 +117,10 @@ class BoundHooks:
         self.precision_load_state_dict: Hook = bind("precision_load_state_dict", default=_nothing)
         self.precision_backward: Hook = bind("precision_backward", default=_plain_backward)
         self.precision_optimizer_step: Hook = bind("precision_optimizer_step", default=_plain_optimizer_step)
+        # Structural precisions only (optional): None keeps the state as it is.
+        self.precision_module_materialized: Hook = bind("precision_module_materialized", default=_nothing)
+        self.precision_module_state_to_save: Hook = bind("precision_module_state_to_save", default=_nothing)
+        self.precision_module_state_to_load: Hook = bind("precision_module_state_to_load", default=_nothing)
 
         # A strategy without its own backward / step delegates to the precision, as the contract says.
         self.strategy_backward: Hook = bind("strategy_backward", default=self.precision_backward)

@@ -19,8 +19,10 @@ import builtins
 import copy
 import functools
 import itertools
+import operator
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Generator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
@@ -32,12 +34,14 @@ from core._errors import BrokenPluginError, CheckpointError, ConfigurationError,
 from core._exit import freeze_at_exit
 from core.lite._data import with_distributed_sampler
 from core.lite._hooks import BoundHooks
+from core.lite._nested import RUNNING, is_nested_single_process, launch_variables_hidden
 from core.lite._seed import reset_seed, seeds_workers, worker_init_function
 from core.lite._seed import seed_everything as _seed_everything
 from core.lite._wrappers import LiteDataLoader, LiteModule, LiteOptimizer, wrap_optimizer
 from core.registry._active import ActiveSet
 from core.registry._resolver import resolve
 from core.toolkit._checkpoint_state import PRECISION_KEY, Filter, is_stateful, restore, to_checkpoint
+from core.toolkit.strategies._sharding import ReplacedParameters  # the module alone: its package imports core
 from core.toolkit.tensors import apply_to_tensors
 
 if TYPE_CHECKING:
@@ -148,6 +152,32 @@ def _on_meta_device(module: torch.nn.Module) -> bool:
     return any(tensor.is_meta for tensor in itertools.chain(module.parameters(), module.buffers()))
 
 
+WRAPPED_ATTRIBUTE: Final = "core_wrapped_attribute"
+"""A class attribute naming the submodule that holds the user's model, on a module that only wraps it (the Trainer's
+``StepModule`` says ``"module"``): the precision converts that model, not the wrapper."""
+
+# The modules converted in this process, with the precision alias that converted them: a module set up again under
+# the same precision (the Trainer's fit, then validate and test) is not converted again.
+_CONVERTED: Final[weakref.WeakKeyDictionary[torch.nn.Module, str]] = weakref.WeakKeyDictionary()
+
+
+def _conversion_target(module: torch.nn.Module) -> tuple[torch.nn.Module, str | None]:
+    """The model the precision converts: the one a wrapper names in ``core_wrapped_attribute``, else the module."""
+    attribute = getattr(type(module), WRAPPED_ATTRIBUTE, None)
+    if isinstance(attribute, str):
+        inner = getattr(module, attribute, None)
+        if isinstance(inner, torch.nn.Module):
+            return inner, attribute
+    return module, None
+
+
+def _user_model(value: object) -> torch.nn.Module | None:
+    """The model whose state dict a checkpoint entry holds (a set-up module's original, or a plain module)."""
+    if isinstance(value, LiteModule):
+        return value.module
+    return value if isinstance(value, torch.nn.Module) else None
+
+
 def _unwrapped(state: Mapping[str, Any]) -> dict[str, Any]:
     """The state with Lite's wrappers removed: modules and optimizers as the strategy's setup returned them."""
     objects = {}
@@ -248,11 +278,15 @@ class Lite:
             "plugins": _as_plugin_list(plugins),
         }
         _apply_shorthands(settings, {"gpus": gpus, "tpu_cores": tpu_cores})
-        _apply_launcher_defaults(settings)
+        # A one-process Lite inside a running one is its own run: the launcher's variables are the outer run's.
+        self._nested = is_nested_single_process(settings)
+        if not self._nested:
+            _apply_launcher_defaults(settings)
         self._settings = _snapshot(settings)
         self._phase = _NEW
         freeze_at_exit()
-        self._attach(resolve(**settings))
+        with launch_variables_hidden(self._nested):
+            self._attach(resolve(**settings))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -270,6 +304,8 @@ class Lite:
         self._single_module: torch.nn.Module | None = None
         self._forwards = [0]  # forwards of set-up modules since the last backward (LiteModule counts them)
         self._module_count = 0
+        # Parameters the precision replaced (a structural conversion): optimizers made before setup are re-pointed.
+        self._precision_replaced = ReplacedParameters()
 
     def __getstate__(self) -> dict[str, Any]:
         # The active set (a PluginManager, live plugin objects) stays behind; the settings travel.
@@ -281,6 +317,7 @@ class Lite:
         self._loggers = state.get("_loggers", [])
         self._log_step = 0
         self._phase = _NEW
+        self._nested = False
         self._active = None  # type: ignore[assignment]
 
     def _ensure_attached(self) -> None:
@@ -292,7 +329,8 @@ class Lite:
         """Set this process up for the run: ranks, device, what the processes share."""
         self._ensure_attached()
         active, hooks = self._active, self._hooks
-        cluster = active.refresh_cluster()
+        with launch_variables_hidden(self._nested):
+            cluster = active.refresh_cluster()
         device = hooks.accelerator_setup_device(local_rank=cluster.local_rank, device_ids=active.config.device_ids)
         if not isinstance(device, torch.device):
             raise BrokenPluginError(
@@ -302,6 +340,7 @@ class Lite:
         active.device = device
         # Running from here on, so that a failing process-group setup is still torn down.
         self._phase = _RUNNING
+        RUNNING.enter()
         hooks.strategy_setup_environment()
 
     def _teardown(self) -> None:
@@ -309,6 +348,7 @@ class Lite:
         if self._phase != _RUNNING:
             return
         self._phase = _ENDED
+        RUNNING.leave()
         hooks = self._hooks
         first_error: BaseException | None = None
         for teardown in (
@@ -454,13 +494,17 @@ class Lite:
         converted = self._convert_module(module if compiled is None else compiled, move_to_device)
         for optimizer in optimizers:
             self._check_optimizer(optimizer)
+            self._point_at_converted(optimizer)
         hooks = self._hooks
+        empty = _on_meta_device(converted)
         together = hooks.strategy_setup_module_and_optimizers(module=converted, optimizers=list(optimizers))
         if together is None:
             forward_module = hooks.strategy_setup_module(module=converted)
+            self._materialized(converted, empty)
             lite_module = self._wrap_module(forward_module, converted, compiled is not None)
             return (lite_module, *(self._setup_optimizer(optimizer) for optimizer in optimizers))
         forward_module, prepared = together
+        self._materialized(converted, empty)
         if len(prepared) != len(optimizers):
             raise BrokenPluginError(
                 f"The strategy {self._active.config.strategy!r} returned {len(prepared)} optimizer(s) from "
@@ -473,18 +517,52 @@ class Lite:
         """Convert a module to the precision, move it to the device and let the strategy wrap it."""
         compiled = _compiled(module)
         converted = self._convert_module(module if compiled is None else compiled, move_to_device)
-        return self._wrap_module(self._hooks.strategy_setup_module(module=converted), converted, compiled is not None)
+        empty = _on_meta_device(converted)
+        forward_module = self._hooks.strategy_setup_module(module=converted)
+        self._materialized(converted, empty)
+        return self._wrap_module(forward_module, converted, compiled is not None)
 
     def _convert_module(self, module: torch.nn.Module, move_to_device: bool) -> torch.nn.Module:
+        """The precision's conversion of the user's model (once per model and precision), moved to the device."""
         self._require_running("setup_module")
         if isinstance(module, LiteModule):
             raise CoreError("This module was already set up by Lite.setup / setup_module; set each module up once.")
         if not isinstance(module, torch.nn.Module):
             raise ConfigurationError(f"setup_module() takes a torch.nn.Module, got {type(module).__qualname__}.")
-        converted: torch.nn.Module = self._hooks.precision_convert_module(module=module)
+        target, attribute = _conversion_target(module)
+        alias = str(self._active.config.precision)
+        if _CONVERTED.get(target) != alias:
+            before = dict(target.named_parameters())
+            result = self._hooks.precision_convert_module(module=target)
+            if not isinstance(result, torch.nn.Module):
+                raise BrokenPluginError(
+                    f"The precision {alias!r} returned {result!r} from precision_convert_module; expected a "
+                    f"torch.nn.Module (the converted model)."
+                )
+            self._precision_replaced.record(before, result)
+            _CONVERTED[result] = alias
+            if attribute is not None and result is not target:
+                setattr(module, attribute, result)
+            target = result
+        converted = module if attribute is not None else target
         if move_to_device and not _on_meta_device(converted):
             converted = converted.to(self.device)
         return converted
+
+    def _point_at_converted(self, optimizer: torch.optim.Optimizer) -> None:
+        """Point an optimizer made before setup at the parameters the precision's conversion put in their place."""
+        replaced = self._precision_replaced
+        if any(
+            replaced.replacement(parameter) is not parameter
+            for group in optimizer.param_groups
+            for parameter in group["params"]
+        ):
+            replaced.point_optimizer(optimizer, f"precision={self._active.config.precision}")
+
+    def _materialized(self, converted: torch.nn.Module, was_empty: bool) -> None:
+        """Tell the precision that the strategy gave an empty-init module its values (its ``materialized`` hook)."""
+        if was_empty and not _on_meta_device(converted):
+            self._hooks.precision_module_materialized(module=_conversion_target(converted)[0])
 
     def _wrap_module(
         self, forward_module: torch.nn.Module, converted: torch.nn.Module, compile: bool = False
@@ -526,6 +604,7 @@ class Lite:
 
     def _setup_optimizer(self, optimizer: torch.optim.Optimizer) -> LiteOptimizer:
         self._check_optimizer(optimizer)
+        self._point_at_converted(optimizer)
         prepared = self._hooks.strategy_setup_optimizer(optimizer=optimizer)
         return wrap_optimizer(prepared, self._hooks.strategy_optimizer_step)
 
@@ -577,12 +656,8 @@ class Lite:
         return LiteDataLoader(loader, move)
 
     def _mover(self) -> Callable[[Any], Any]:
-        device = self.device
-
-        def move_tensor(tensor: torch.Tensor) -> torch.Tensor:
-            return tensor.to(device)
-
-        return functools.partial(apply_to_tensors, function=move_tensor)
+        # Picklable (no local function): a program may torch.save a set-up DataLoader, as litgpt's state does.
+        return functools.partial(apply_to_tensors, function=operator.methodcaller("to", self.device))
 
     # ---------------------------------------------------------------------------------------------
     # The training step
@@ -683,7 +758,8 @@ class Lite:
     def init_module(self, empty_init: bool | None = None) -> Generator[None, None, None]:
         """A context in which new modules are created on the device, in the precision's dtype.
 
-        :param empty_init: Allow the strategy to skip initialising parameters (they will be loaded).
+        :param empty_init: Skip initialising parameters (they will be loaded): on one device and under ddp
+            ``torch.nn.init`` does nothing (Lightning's ``_EmptyInit``); sharding strategies use the meta device.
         """
         self._require_running("init_module")
         with ExitStack() as stack:
@@ -778,7 +854,7 @@ class Lite:
         where = os.fspath(path)
         if self._hooks.strategy_save_state(path=where, state=_unwrapped(state), filter=filter):
             return  # a strategy that owns the objects (DeepSpeed's engine) wrote them itself
-        checkpoint = to_checkpoint(state, filter, self._hooks.precision_state_dict())
+        checkpoint = to_checkpoint(state, filter, self._hooks.precision_state_dict(), self._module_state_to_save)
         self._hooks.strategy_save_checkpoint(path=where, state=checkpoint)
 
     def load(
@@ -818,7 +894,21 @@ class Lite:
         precision_state = checkpoint.pop(PRECISION_KEY, None)
         if precision_state is not None:
             self._hooks.precision_load_state_dict(state=precision_state)
-        return restore(state, checkpoint, strict, where)
+        return restore(state, checkpoint, strict, where, self._module_state_to_load)
+
+    def _module_state_to_save(self, value: object, saved: dict[str, Any]) -> dict[str, Any]:
+        model = _user_model(value)
+        if model is None:
+            return saved
+        converted = self._hooks.precision_module_state_to_save(module=model, state=saved)
+        return saved if converted is None else dict(converted)
+
+    def _module_state_to_load(self, value: object, saved: Any) -> Any:
+        model = _user_model(value)
+        if model is None or not isinstance(saved, Mapping):
+            return saved
+        converted = self._hooks.precision_module_state_to_load(module=model, state=dict(saved))
+        return saved if converted is None else dict(converted)
 
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Delete a checkpoint written by :meth:`save` (a file, a directory of shards, a URL) via the checkpoint_io.

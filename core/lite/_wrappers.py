@@ -7,6 +7,7 @@ step costs a few Python calls on top of the raw loop and no hook lookup.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,13 @@ from torch.utils.data import DataLoader
 from core.lite._hooks import BoundHooks
 
 Hook = Callable[..., Any]
+
+
+def _device_of(module: torch.nn.Module) -> torch.device:
+    """Where ``module``'s first parameter (or buffer) lives; CPU for a module with neither (Fabric's ``.device``)."""
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 class LiteModule(torch.nn.Module):
@@ -78,6 +86,8 @@ class LiteModule(torch.nn.Module):
             original = self.__dict__.get("_original_module")
             if original is None:
                 raise
+            if name == "device" and not hasattr(original, "device"):
+                return _device_of(original)
             return getattr(original, name)
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -27,10 +28,18 @@ def next_version(root: str) -> int:
     return max(numbers, default=-1) + 1
 
 
+def as_mapping(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:
+    """Hyperparameters as a dict: an ``argparse.Namespace`` (Lightning programs pass ``args``) by its attributes."""
+    if params is None:
+        return {}
+    return dict(vars(params)) if isinstance(params, Namespace) else dict(params)
+
+
 class Logger:
     """Base class of loggers.
 
-    :param save_dir: The root directory of every run's logs.
+    :param save_dir: The root directory of every run's logs; ``None`` (a logger of your own that keeps no files):
+        the Trainer's ``default_root_dir``, once a run adopts the logger (:meth:`adopt_save_dir`).
     :param name: A subdirectory for this experiment.
     :param version: A number (``version_<n>``) or a name; ``None`` takes the next free number when the
         logger first writes.
@@ -40,14 +49,23 @@ class Logger:
 
     hparams_file: ClassVar[str] = "hparams.json"
 
-    def __init__(self, save_dir: str | os.PathLike[str], name: str = "logs", version: int | str | None = None) -> None:
-        self._save_dir = os.fspath(save_dir)
+    def __init__(
+        self, save_dir: str | os.PathLike[str] | None = None, name: str = "logs", version: int | str | None = None
+    ) -> None:
+        self._save_dir = os.fspath(save_dir) if save_dir is not None else None
         self._name = name
         self._version = version
 
     @property
     def save_dir(self) -> str:
-        return self._save_dir
+        """The root of every run's logs (the working directory until a Trainer gives a logger without one its
+        ``default_root_dir``)."""
+        return self._save_dir if self._save_dir is not None else os.getcwd()
+
+    def adopt_save_dir(self, directory: str | os.PathLike[str]) -> None:
+        """Take ``directory`` as :attr:`save_dir` if none was given (the Trainer's ``default_root_dir``)."""
+        if self._save_dir is None:
+            self._save_dir = os.fspath(directory)
 
     @property
     def name(self) -> str:
@@ -57,7 +75,7 @@ class Logger:
     def version(self) -> int | str:
         """The version of this run; chosen (and fixed) on first use."""
         if self._version is None:
-            self._version = next_version(os.path.join(self._save_dir, self._name))
+            self._version = next_version(os.path.join(self.save_dir, self._name))
         return self._version
 
     @property
@@ -77,14 +95,16 @@ class Logger:
         """Where this run's files go: ``<save_dir>/<name>/version_<n>`` (or ``.../<version>`` for a name)."""
         version = self.version
         folder = f"version_{version}" if isinstance(version, int) else str(version)
-        return os.path.join(self._save_dir, self._name, folder)
+        return os.path.join(self.save_dir, self._name, folder)
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Record ``metrics`` at ``step`` (the number of optimizer steps taken so far)."""
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Record ``metrics`` at ``step`` (the number of optimizer steps taken so far; the Trainer always gives it)."""
         raise NotImplementedError
 
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        """Record the run's hyperparameters; by default as :attr:`hparams_file` in :attr:`log_dir`."""
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
+        """Record the run's hyperparameters (a mapping or an ``argparse.Namespace``); by default as
+        :attr:`hparams_file` in :attr:`log_dir`."""
+        params = as_mapping(params)
         os.makedirs(self.log_dir, exist_ok=True)
         # Plain values as they are, anything else as its repr; JSON is also valid YAML, so without pyyaml a
         # ``.yaml`` file still reads back with any YAML reader.

@@ -44,7 +44,15 @@ class CSVLogger(Logger):
     def metrics_file(self) -> str:
         return os.path.join(self.log_dir, self.METRICS_FILE)
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    @property
+    def experiment(self) -> CSVLogger:
+        """The object that writes the file: this logger (``logger.experiment.log_metrics(...)`` as in Lightning)."""
+        return self
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Add ``metrics`` to the row of ``step`` (``None``: a new row, numbered by the rows so far)."""
+        if step is None:
+            step = len(self._rows)
         index = self._row_of_step.get(step)
         if index is None:
             self._row_of_step[step] = len(self._rows)

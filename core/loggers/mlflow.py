@@ -15,12 +15,13 @@ import os
 import re
 import tempfile
 import time
+from argparse import Namespace
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from core._errors import ConfigurationError
-from core.loggers._logger import Logger
+from core.loggers._logger import Logger, as_mapping
 from core.loggers._remote import checkpoint_metadata, flatten, new_checkpoints, prefixed, rank_zero_only, require
 
 __all__ = ["MLFlowLogger"]
@@ -169,10 +170,11 @@ class MLFlowLogger(Logger):
     @property
     def log_dir(self) -> str:
         """``<save_dir>/<experiment id>/<run id>`` (the run's directory when tracking to ``file:``)."""
-        return os.path.join(self.save_dir or self._save_dir, str(self.experiment_id), str(self.run_id))
+        return os.path.join(self.save_dir or self._save_dir or os.getcwd(), str(self.experiment_id), str(self.run_id))
 
     @rank_zero_only
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
+        params = as_mapping(params)
         from mlflow.entities import Param
 
         params_list = [Param(key=key, value=str(value)[:250]) for key, value in flatten(params).items()]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
 from core._errors import ConfigurationError
-from core.loggers._logger import Logger
+from core.loggers._logger import Logger, as_mapping
 
 __all__ = ["TensorBoardLogger"]
 
@@ -50,14 +51,15 @@ class TensorBoardLogger(Logger):
             self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_options)
         return self._writer
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         writer = self.experiment
         for name, value in metrics.items():
             writer.add_scalar(name, value, global_step=step)
 
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
+        params = as_mapping(params)
         super().log_hyperparams(params)
-        self.experiment.add_text("hparams", json.dumps(dict(params), indent=2, sort_keys=True, default=repr))
+        self.experiment.add_text("hparams", json.dumps(params, indent=2, sort_keys=True, default=repr))
 
     def save(self) -> None:
         if self._writer is not None:

@@ -13,11 +13,12 @@ constructed, never by ``import core``.
 from __future__ import annotations
 
 import os
+from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from core._errors import ConfigurationError
-from core.loggers._logger import Logger
+from core.loggers._logger import Logger, as_mapping
 from core.loggers._remote import checkpoint_metadata, new_checkpoints, prefixed, rank_zero_only, require
 
 __all__ = ["WandbLogger"]
@@ -159,7 +160,8 @@ class WandbLogger(Logger):
         self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
 
     @rank_zero_only
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
+        params = as_mapping(params)
         self.experiment.config.update(_plain(dict(params)), allow_val_change=True)
 
     @rank_zero_only

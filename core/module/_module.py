@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import inspect
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -377,7 +378,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         logger: bool = True,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
-        reduce_fx: str = "mean",
+        reduce_fx: str | Callable[..., Any] = "mean",
         sync_dist: bool = False,
         rank_zero_only: bool = False,
         batch_size: int | None = None,
@@ -392,7 +393,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         :param on_epoch: Aggregate it over the epoch (key suffixed ``_epoch`` when ``on_step`` is also set).
             Default: ``False`` in training batch hooks, ``True`` elsewhere.
         :param reduce_fx: How the epoch aggregate is made: ``"mean"`` (weighted by batch size), ``"sum"``,
-            ``"max"`` or ``"min"``.
+            ``"max"`` or ``"min"`` (Lightning's ``"avg"``, any case, and ``torch.mean``/``sum``/``max``/``min``).
         :param sync_dist: Reduce across processes with the strategy (``Lite.all_reduce``): step values at
             once, epoch values once at the end of the epoch (weighted sums, so the mean is exact).
         :param rank_zero_only: The value is computed on global rank 0 only; other ranks ignore the call.
@@ -572,6 +573,48 @@ class DataModule(_HyperparametersMixin):
     def predict_dataloader(self) -> Any:
         return None
 
+    @classmethod
+    def from_datasets(
+        cls,
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        test_dataset: Any = None,
+        predict_dataset: Any = None,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        **datamodule_kwargs: Any,
+    ) -> DataModule:
+        """A DataModule whose ``*_dataloader`` methods load the given datasets (Lightning's ``from_datasets``).
+
+        A dataset may also be a list of datasets (several loaders) or, for training, a dict of them. The training
+        loaders shuffle (unless the dataset is iterable). ``batch_size`` and ``num_workers`` are also passed to
+        ``cls`` when its ``__init__`` takes them; ``datamodule_kwargs`` always are.
+        """
+        from torch.utils.data import DataLoader, IterableDataset
+
+        def loader(dataset: Any, shuffle: bool = False) -> DataLoader[Any]:
+            return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
+                              shuffle=shuffle and not isinstance(dataset, IterableDataset))
+
+        def loaders(datasets: Any, shuffle: bool = False) -> Any:
+            if isinstance(datasets, Mapping):
+                return {key: loader(dataset, shuffle) for key, dataset in datasets.items()}
+            if isinstance(datasets, Sequence):
+                return [loader(dataset, shuffle) for dataset in datasets]
+            return loader(datasets, shuffle)
+
+        parameters = inspect.signature(cls.__init__).parameters
+        takes_any = any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters.values())
+        special = {name: value for name, value in (("batch_size", batch_size), ("num_workers", num_workers))
+                   if takes_any or name in parameters}
+        datamodule = cls(**datamodule_kwargs, **special)
+        given = (("train_dataloader", train_dataset, True), ("val_dataloader", val_dataset, False),
+                 ("test_dataloader", test_dataset, False), ("predict_dataloader", predict_dataset, False))
+        for name, datasets, shuffle in given:
+            if datasets is not None:
+                setattr(datamodule, name, lambda datasets=datasets, shuffle=shuffle: loaders(datasets, shuffle))
+        return datamodule
+
     def state_dict(self) -> dict[str, Any]:
         """What to keep in checkpoints (tensors and plain values)."""
         return {}
@@ -609,7 +652,7 @@ class MetricSink(Protocol):
         logger: bool,
         on_step: bool | None,
         on_epoch: bool | None,
-        reduce_fx: str,
+        reduce_fx: str | Callable[..., Any],
         sync_dist: bool,
         rank_zero_only: bool,
         batch_size: int | None,

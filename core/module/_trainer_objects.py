@@ -12,7 +12,7 @@ the Trainer and never import this module.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -33,6 +33,9 @@ class StepModule(torch.nn.Module):
         whole model through it, and ``state_dict`` keys gain a ``module.`` prefix (the Trainer saves the Module
         itself, not this wrapper).
     """
+
+    core_wrapped_attribute: ClassVar[str] = "module"
+    """The submodule holding the user's model: the precision converts it, not this wrapper (see ``Lite.setup``)."""
 
     def __init__(self, module: Module) -> None:
         super().__init__()

@@ -87,15 +87,17 @@ def _check_one(info: PluginInfo) -> tuple[str, str, object | None]:
         plugin = load(info)
         _contracts[info.pinned_name] = inspect_contract(plugin)
         _register(_manager(), info.kind, info.alias, plugin)
-        explained = traits_of(plugin, info.kind, info.alias).reason_unavailable()
+        traits = traits_of(plugin, info.kind, info.alias)
+        explained = traits.reason_unavailable()
         if info.kind == "accelerator" and not ask(plugin, info.kind, "accelerator_is_available"):
             return "unavailable", explained or "no device of this kind is visible", plugin
         # Any kind may explain why it cannot run here (a strategy whose library does not import).
         if explained:
             return "unavailable", explained, plugin
+        limitation = traits.limitation_here()
     except CoreError as error:
         return "broken", str(error), None
-    return "usable", "", plugin
+    return "usable", limitation or "", plugin
 
 
 def _auto_choices(catalog: Catalog) -> dict[str, str]:

@@ -115,8 +115,14 @@ def check_class_name(class_name: str) -> str:
     return class_name
 
 
-def template_variables(kind: str, name: str, class_name: str | None = None) -> dict[str, str]:
-    """Every placeholder of the templates for a plugin of ``kind`` with alias ``name``."""
+def template_variables(
+    kind: str, name: str, class_name: str | None = None, alias: str | None = None
+) -> dict[str, str]:
+    """Every placeholder of the templates for the distribution ``core-NAME`` holding a plugin of ``kind``.
+
+    :param alias: The entry point users type; ``None``: ``name`` (``core-torchao`` may provide ``fp8``).
+    """
+    alias = name if alias is None else alias
     from core import __version__
 
     package = "core_" + name.replace("-", "_")
@@ -127,7 +133,8 @@ def template_variables(kind: str, name: str, class_name: str | None = None) -> d
     if kind != "extension":
         requirements.append("torch>=2.2")
     return {
-        "alias": name,
+        "alias": alias,
+        "arguments": name if alias == name else f"{name} --alias {alias}",
         "kind": kind,
         "dist": "core-" + name.replace("_", "-"),
         "package": package,
@@ -138,7 +145,7 @@ def template_variables(kind: str, name: str, class_name: str | None = None) -> d
         "contract_version": str(CONTRACT_VERSION),
         "env_prefix": env_prefix,
         "kit_class": _KIT_CLASS[kind],
-        "usage": "import core\n\n" + _USAGE[kind].format(alias=name, prefix=env_prefix),
+        "usage": "import core\n\n" + _USAGE[kind].format(alias=alias, prefix=env_prefix),
     }
 
 
@@ -152,15 +159,18 @@ def package_root(directory: Path, dist: str) -> Path:
     return directory if directory.name == dist else directory / dist
 
 
-def generate(kind: str, name: str, directory: Path, class_name: str | None = None) -> Path:
-    """Write the package ``core-NAME`` for a plugin of ``kind`` under ``directory``; return its path.
+def generate(
+    kind: str, name: str, directory: Path, class_name: str | None = None, alias: str | None = None
+) -> Path:
+    """Write the package ``core-NAME`` for a plugin of ``kind`` (entry point ``alias``, default NAME) under
+    ``directory``; return its path.
 
     A ``directory`` that is itself named ``core-NAME`` is taken as the package's root (``--directory
     ./core-mine`` writes ``./core-mine/pyproject.toml``, not ``./core-mine/core-mine/``).
     """
     if kind not in KINDS:
         raise ConfigurationError(f"Unknown kind {kind!r}; expected one of {list(KINDS)}.")
-    variables = template_variables(kind, check_name(name), class_name)
+    variables = template_variables(kind, check_name(name), class_name, None if alias is None else check_name(alias))
     root = package_root(directory, variables["dist"])
     if root.exists() and any(root.iterdir()):
         raise ConfigurationError(f"{root} already exists and is not empty; choose another --directory or name.")
@@ -178,8 +188,9 @@ def generate(kind: str, name: str, directory: Path, class_name: str | None = Non
     return root
 
 
-def check_unclaimed(kind: str, name: str) -> None:
-    """Refuse an alias or a distribution name that an installed or a first-party distribution already has.
+def check_unclaimed(kind: str, name: str, alias: str | None = None) -> None:
+    """Refuse an alias (``alias``, default ``name``) or a distribution name (``core-NAME``) that an installed or a
+    first-party distribution already has.
 
     A generated ``core-ddp`` would import as ``core_ddp`` and shadow (or, installed, replace) the first-party
     one; a second ``ddp`` strategy would make every ``strategy="ddp"`` a conflict.
@@ -187,10 +198,11 @@ def check_unclaimed(kind: str, name: str) -> None:
     from core.registry._discovery import discover, first_party
 
     dist = "core-" + name.replace("_", "-")
+    wanted = name if alias is None else alias
     catalog = discover()
     holders = sorted(
-        {info.distribution for info in catalog.of_kind(kind) if info.alias == name}
-        | {provider for (known_kind, alias), provider in first_party().items() if (known_kind, alias) == (kind, name)}
+        {info.distribution for info in catalog.of_kind(kind) if info.alias == wanted}
+        | {provider for (known_kind, known), provider in first_party().items() if (known_kind, known) == (kind, wanted)}
     )
     installed = {info.distribution for info in catalog.entries}
     known = installed | set(first_party().values())
@@ -201,7 +213,7 @@ def check_unclaimed(kind: str, name: str) -> None:
     if not holders and taken_dist is None:
         return
     aliases = {info.alias for info in catalog.of_kind(kind)} | {
-        alias for (known_kind, alias) in first_party() if known_kind == kind
+        known for (known_kind, known) in first_party() if known_kind == kind
     }
     suggestion = next(
         (
@@ -214,8 +226,8 @@ def check_unclaimed(kind: str, name: str) -> None:
     if holders:
         where = "installed here" if set(holders) <= installed else "first-party, pip install " + holders[0]
         problem = (
-            f"the {kind} alias {name!r} is already provided by {', '.join(holders)} ({where}); a second one "
-            f"would make every {kind}={name!r} a conflict"
+            f"the {kind} alias {wanted!r} is already provided by {', '.join(holders)} ({where}); a second one "
+            f"would make every {kind}={wanted!r} a conflict"
         )
     else:
         problem = f"the distribution name {dist!r} is already taken by {taken_dist}"
@@ -243,7 +255,13 @@ def _parser() -> argparse.ArgumentParser:
         "running the conformance kit) from core's template for KIND.",
     )
     parser.add_argument("kind", choices=KINDS, help="the kind of plugin")
-    parser.add_argument("name", help="the alias users will type, e.g. 'mine' (the package becomes core-mine)")
+    parser.add_argument(
+        "name", help="the plugin's name, e.g. 'mine': the package becomes core-mine, and the alias too unless --alias"
+    )
+    parser.add_argument(
+        "--alias", default=None,
+        help="the alias users will type when it differs from NAME (core-torchao provides 'fp8'); default: NAME",
+    )
     parser.add_argument(
         "--directory", "-d", default=".",
         help="where to create core-NAME/ (default: here); a directory named core-NAME is used as the package root",
@@ -259,21 +277,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         check_name(args.name)
-        check_unclaimed(args.kind, args.name)
-        root = generate(args.kind, args.name, Path(args.directory), args.class_name)
+        alias = args.name if args.alias is None else check_name(args.alias)
+        check_unclaimed(args.kind, args.name, alias)
+        root = generate(args.kind, args.name, Path(args.directory), args.class_name, alias)
     except CoreError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     class_name = args.class_name or class_name_for(args.kind, args.name)
-    print(f"Created {root} with the {args.kind} plugin {args.name!r} (class {class_name}):")
+    print(f"Created {root} with the {args.kind} plugin {alias!r} (class {class_name}):")
     for path in sorted(root.rglob("*")):
         if path.is_file():
             print(f"  {path.relative_to(root.parent)}")
     where = str(root) if root.is_absolute() or str(root).startswith(".") else f"./{root}"
     steps = [
-        (f"pip install -e {where}", f"registers the entry point {args.name!r}"),
+        (f"pip install -e {where}", f"registers the entry point {alias!r}"),
         (f"pytest {where}/tests", "runs core's conformance kit against it"),
-        (f"python -m core.plugins show {args.name}", "what core sees"),
+        (f"python -m core.plugins show {alias}", "what core sees"),
     ]
     width = max(len(command) for command, _ in steps)
     print("\nNext:")

@@ -60,16 +60,27 @@ def _flatten(values: Any) -> list[float]:
 
 
 class DistributedRunConformance(Conformance):
-    """A job of ``devices`` processes on ``accelerator`` running the cases in :attr:`cases`."""
+    """A job of ``devices`` processes on ``accelerator`` running the cases in :attr:`cases`.
+
+    The base of :class:`StrategyConformance` and :class:`ExtensionConformance`: its settings point the kit at
+    a device. On CPU the defaults need no change; on real hardware set them in your ``Test...`` class::
+
+        class TestDDPOnMyDevice(StrategyConformance):
+            alias = "ddp"
+            accelerator = "mydevice"   # the installed accelerator alias
+            devices = 2                # one process per device
+    """
 
     accelerator: ClassVar[str] = "cpu"
-    """The accelerator alias of the job."""
+    """The accelerator alias of the job: every process computes on the device this accelerator returns."""
     devices: ClassVar[int | None] = None
     """Processes in the job; ``None``: 2, or 1 for a strategy with ``max_processes = 1``."""
     cases: ClassVar[tuple[str, ...]] = ()
+    """The cases the job runs (a subclass narrows what its tests need; the kit class sets them)."""
     job_timeout: ClassVar[float] = JOB_TIMEOUT
+    """Seconds the whole job may take before it is killed and its tests fail (raise it for a slow device)."""
     launcher: ClassVar[tuple[str, ...]] = ()
-    """A command that starts the job's ranks itself, put before ``python -m core.testing._worker``
+    """A command that starts the job's ranks itself, put before the kit's ``python -m`` command for a rank
     (``("horovodrun", "-np", "2", "-H", "localhost:2", "--gloo")``); empty: the strategy launches them."""
 
     def job_settings(self) -> dict[str, Any]:

@@ -5,9 +5,9 @@ author can copy any first-party plugin and depend on documented names only. Thes
 compatibility policy (docs/compatibility.md): they change only with a deprecation period, like hooks.
 
 ``import core.toolkit`` stays as light as ``import core`` (environment plugins read their variables with it): what
-needs torch lives in three public submodules, :mod:`core.toolkit.tensors`, :mod:`core.toolkit.checkpoint` and
-:mod:`core.toolkit.strategies`. Their names were once reached here too; that still works, with a
-:class:`core.CoreDeprecationWarning` naming the new path (see docs/compatibility.md).
+needs torch lives in public submodules, :mod:`core.toolkit.tensors`, :mod:`core.toolkit.checkpoint`,
+:mod:`core.toolkit.precisions` and :mod:`core.toolkit.strategies`. Their names were once reached here too; that still
+works, with a :class:`core.CoreDeprecationWarning` naming the new path (see docs/compatibility.md).
 
 **Process supervision** (for strategies that start their own processes, like core-ddp's launcher):
 :class:`Supervisor` watches the worker processes of a job and stops the others when one fails;
@@ -49,7 +49,9 @@ only: no sign, no fraction) and names the variable, who sets it and the fix when
 **Submodules that import torch**: :mod:`core.toolkit.tensors` (``apply_to_tensors``, the one walker over nested
 tensors; ``hook_keys`` and ``remove_added`` for module hooks); :mod:`core.toolkit.checkpoint` (``to_checkpoint``,
 ``restore_state``, ``atomic_torch_save``, ``safe_torch_load``, ...); :mod:`core.toolkit.strategies`
-(``SingleDeviceStrategy``, the reference single-process strategy, and what process-group strategies build on).
+(``SingleDeviceStrategy``, the reference single-process strategy, and what process-group strategies build on);
+:mod:`core.toolkit.precisions` (``LinearFilter``, ``swap_linear_layers``, ``layers_of_type``: what a precision that
+replaces layers needs).
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ PRECISION_KEY: Final = "core/precision"
 """Where a precision with its own state (a gradient scaler) keeps it in the checkpoint."""
 
 Filter = Mapping[str, Callable[[str, Any], bool]]
+Convert = Callable[[Any, Any], Any]
+"""``(object, its saved state) -> state``: the precision's conversion of a module's state on save or load."""
 
 
 def is_stateful(value: object) -> bool:
@@ -34,14 +36,21 @@ def _check_filter(state: Mapping[str, Any], filter: Filter | None) -> None:
             )
 
 
-def to_checkpoint(state: Mapping[str, Any], filter: Filter | None, precision_state: dict[str, Any]) -> dict[str, Any]:
-    """The state with every stateful object replaced by its state dict, filtered, plus the precision's state."""
+def to_checkpoint(
+    state: Mapping[str, Any], filter: Filter | None, precision_state: dict[str, Any], convert: Convert | None = None
+) -> dict[str, Any]:
+    """The state with every stateful object replaced by its state dict, filtered, plus the precision's state.
+
+    :param convert: Applied to each stateful object's state dict before the filter (a precision's plain form).
+    """
     if PRECISION_KEY in state:
         raise ConfigurationError(f"The state key {PRECISION_KEY!r} is reserved for the precision's own state.")
     _check_filter(state, filter)
     checkpoint: dict[str, Any] = {}
     for key, value in state.items():
         converted = value.state_dict() if is_stateful(value) else value
+        if convert is not None and is_stateful(value):
+            converted = convert(value, converted)
         predicate = (filter or {}).get(key)
         if predicate is not None:
             if not isinstance(converted, Mapping):
@@ -56,8 +65,13 @@ def to_checkpoint(state: Mapping[str, Any], filter: Filter | None, precision_sta
     return checkpoint
 
 
-def restore(state: dict[str, Any], checkpoint: dict[str, Any], strict: bool, path: str) -> dict[str, Any]:
+def restore(
+    state: dict[str, Any], checkpoint: dict[str, Any], strict: bool, path: str, convert: Convert | None = None
+) -> dict[str, Any]:
     """Load ``checkpoint`` into the objects of ``state`` in place and return the entries it did not ask for.
+
+    ``convert`` turns each stateful object's saved entry into what it loads (a precision's converted form) before
+    anything is checked.
 
     Stateful objects get ``load_state_dict``; plain values in ``state`` are replaced by the saved ones. Every
     module's keys and shapes are checked before anything is loaded, so a checkpoint that does not fit raises
@@ -74,6 +88,8 @@ def restore(state: dict[str, Any], checkpoint: dict[str, Any], strict: bool, pat
     for key, target in state.items():
         if key in checkpoint:
             checkpoint[key] = _without_compile_prefix(target, checkpoint[key])
+            if convert is not None and is_stateful(target):
+                checkpoint[key] = convert(target, checkpoint[key])
     for key, target in state.items():  # check everything first: a failure leaves every object untouched
         if key in checkpoint and is_stateful(target):
             _check_fits(target, checkpoint[key], strict, f"{path!r}, entry {key!r}")

@@ -14,33 +14,35 @@ from typing import Any
 import torch
 
 
-def apply_to_tensors(data: Any, function: Callable[[torch.Tensor], Any]) -> Any:
+def apply_to_tensors(data: Any, function: Callable[[Any], Any], *, leaf: type = torch.Tensor) -> Any:
     """Return ``data`` with every tensor replaced by ``function(tensor)``; other leaves are kept as they are.
+
+    ``leaf`` is the type that counts as a tensor (a lazily loaded checkpoint's ``NotYetLoadedTensor``, say).
 
     Containers are rebuilt with their own type: mappings (with a copy of their attributes, such as a state
     dict's ``_metadata``), lists, tuples and named tuples. A tensor reachable twice (tied weights) is mapped
     once and its result shared, so what was tied stays tied.
     """
-    return _walk(data, function, {})
+    return _walk(data, function, {}, leaf)
 
 
-def _walk(data: Any, function: Callable[[torch.Tensor], Any], mapped: dict[int, Any]) -> Any:
-    if isinstance(data, torch.Tensor):
+def _walk(data: Any, function: Callable[[Any], Any], mapped: dict[int, Any], leaf: type) -> Any:
+    if isinstance(data, leaf):
         key = id(data)
         if key not in mapped:
             mapped[key] = (data, function(data))  # the tensor is kept alive, so its id is not reused
         return mapped[key][1]
     if isinstance(data, Mapping):
-        items = [(name, _walk(value, function, mapped)) for name, value in data.items()]
+        items = [(name, _walk(value, function, mapped, leaf)) for name, value in data.items()]
         rebuilt = type(data)(items) if isinstance(data, dict) else dict(items)
         attributes = getattr(data, "__dict__", None)
         if attributes:
             rebuilt.__dict__.update(copy.deepcopy(attributes))
         return rebuilt
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # a named tuple
-        return type(data)(*(_walk(value, function, mapped) for value in data))
+        return type(data)(*(_walk(value, function, mapped, leaf) for value in data))
     if isinstance(data, (list, tuple)):
-        return type(data)(_walk(value, function, mapped) for value in data)
+        return type(data)(_walk(value, function, mapped, leaf) for value in data)
     return data
 
 

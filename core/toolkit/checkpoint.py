@@ -20,12 +20,17 @@ the mount (:func:`atomic_torch_save` does it itself; :func:`reporting_full_disk`
 digest, and each tensor's byte range where the writer knows it); :func:`verify_directory` checks it.
 :class:`DirectoryCheckpointIO` is the base of a checkpoint_io writing such directories with every rank taking part
 (core-dcp, core-safetensors); :func:`install_directory` moves a finished one into place atomically.
+
+:func:`lazy_load` reads a ``torch.save`` file with every tensor a :class:`NotYetLoadedTensor`, memory-mapped and
+read on first use (Lightning's ``lightning.fabric.utilities.load._lazy_load``); :func:`materialize_tensors` reads
+all of a collection's at once.
 """
 
 from core.toolkit._checkpoint_state import PRECISION_KEY, is_stateful, raise_if_mismatched, to_checkpoint
 from core.toolkit._checkpoint_state import restore as restore_state
 from core.toolkit._checksums import seal_directory, verify_directory
 from core.toolkit._directories import DirectoryCheckpointIO, install_directory
+from core.toolkit._lazy_load import NotYetLoadedTensor, lazy_load, materialize_tensors
 from core.toolkit._torch_files import (
     atomic_torch_save,
     reporting_full_disk,
@@ -37,9 +42,12 @@ from core.toolkit._torch_files import (
 __all__ = [
     "PRECISION_KEY",
     "DirectoryCheckpointIO",
+    "NotYetLoadedTensor",
     "atomic_torch_save",
     "install_directory",
     "is_stateful",
+    "lazy_load",
+    "materialize_tensors",
     "raise_if_mismatched",
     "reporting_full_disk",
     "restore_state",

@@ -193,9 +193,13 @@ _TRANSFER_HOOKS: Final = ("on_before_batch_transfer", "transfer_batch_to_device"
 
 
 def overrides(obj: object, name: str) -> bool:
-    """Whether ``obj``'s class replaces the :class:`core.Module` / :class:`core.DataModule` method ``name``."""
+    """Whether ``obj`` replaces the :class:`core.Module` / :class:`core.DataModule` method ``name``: its class
+    does, or the object itself holds one. A hook set to ``None`` on the object (``model.validation_step = None``)
+    counts as not defined, as in Lightning."""
     from core.module import DataModule, Module
 
+    if name in getattr(obj, "__dict__", {}):
+        return obj.__dict__[name] is not None
     base = Module if isinstance(obj, Module) else DataModule
     return getattr(type(obj), name, None) is not getattr(base, name, None)
 

@@ -183,7 +183,8 @@ def validate_in_fit(trainer: Trainer, loaders: Sequence[PreparedLoader], sanity:
     trainer.sanity_checking = True
     try:
         trainer.run_state.hooks.call("on_sanity_check_start", trainer, module)
-        run_loop(trainer, VALIDATION, loaders, max_batches=math.inf if steps == -1 else steps, record=False)
+        run_loop(trainer, VALIDATION, loaders, max_batches=math.inf if steps in (-1, math.inf) else steps,
+                 record=False)
         trainer.run_state.hooks.call("on_sanity_check_end", trainer, module)
     finally:
         trainer.sanity_checking = False

@@ -29,6 +29,22 @@ from core._errors import ConfigurationError
 
 REDUCE_FXS: Final = ("mean", "sum", "max", "min")
 
+
+def reduction_name(name: str, reduce_fx: Any) -> str:
+    """``reduce_fx`` as one of :data:`REDUCE_FXS`: Lightning also takes ``"avg"``, any case, and ``torch.mean``,
+    ``torch.sum``, ``torch.max``/``max``, ``torch.min``/``min``."""
+    by_function = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", max: "max", torch.min: "min", min: "min"}
+    if isinstance(reduce_fx, str):
+        chosen = {"avg": "mean"}.get(reduce_fx.lower(), reduce_fx.lower())
+    else:
+        chosen = next((word for function, word in by_function.items() if reduce_fx is function), "")
+    if chosen not in REDUCE_FXS:
+        raise ConfigurationError(
+            f"self.log({name!r}, reduce_fx={reduce_fx!r}): expected one of {list(REDUCE_FXS)} (or 'avg', or "
+            f"torch.mean / torch.sum / torch.max / torch.min)."
+        )
+    return chosen
+
 CHUNK: Final = 256
 """How many batch values are kept before they are folded into the running float64 sum."""
 
@@ -229,7 +245,7 @@ class MetricStore:
         logger: bool,
         on_step: bool | None,
         on_epoch: bool | None,
-        reduce_fx: str,
+        reduce_fx: str | Callable[..., Any],
         sync_dist: bool,
         rank_zero_only: bool,
         batch_size: int | None,
@@ -290,13 +306,11 @@ class MetricStore:
             entry.step_batch = self.batch_index
 
     def _new_entry(
-        self, name: str, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None, reduce_fx: str,
+        self, name: str, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
+        reduce_fx: str | Callable[..., Any],
         sync_dist: bool,
     ) -> _Entry:
-        if reduce_fx not in REDUCE_FXS:
-            raise ConfigurationError(
-                f"self.log({name!r}, reduce_fx={reduce_fx!r}): expected one of {list(REDUCE_FXS)}."
-            )
+        reduce_fx = reduction_name(name, reduce_fx)
         step = self._on_step_default if on_step is None else bool(on_step)
         epoch = self._on_epoch_default if on_epoch is None else bool(on_epoch)
         if not step and not epoch:
@@ -334,6 +348,13 @@ class MetricStore:
             if entry.on_step and entry.step_batch == latest and entry.step_value is not None
             and (entry.logger or not for_logger)
         }
+
+    def forked_names(self) -> dict[str, str]:
+        """Each name logged with both ``on_step`` and ``on_epoch``, and the key of its epoch value (``name_epoch``).
+
+        Lightning's ``callback_metrics`` also holds such a name bare: ``ModelCheckpoint(monitor=name)`` reads it.
+        """
+        return {entry.name: entry.epoch_key for entry in self.entries.values() if entry.on_step and entry.on_epoch}
 
     def latest_step_values(self) -> dict[str, torch.Tensor | float]:
         """The latest step value of every name, whichever batch logged it (no conversion)."""

@@ -131,8 +131,9 @@ def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | No
             )
             if chosen is None:
                 warnings.warn(
-                    f"{stage}(ckpt_path='last') found no checkpoint in "
-                    f"{[callback.dirpath for callback in callbacks]}; starting from the beginning.",
+                    f"{stage}(ckpt_path='last') is set, but there is no last checkpoint in "
+                    f"{[callback.dirpath for callback in callbacks]}. No checkpoint will be loaded (save one with "
+                    f"ModelCheckpoint(save_last=True)).",
                     CoreWarning,
                     stacklevel=2,
                 )
@@ -167,6 +168,8 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
     _own_memory(module)
     trainer.run_state.lite = lite
     trainer.module, trainer.datamodule = module, datamodule
+    for logger in trainer.loggers:  # a logger of your own without a save_dir writes under default_root_dir
+        logger.adopt_save_dir(trainer.default_root_dir)
     trainer.state = stage
     trainer.should_stop = False
     trainer.sanity_checking = False
@@ -339,6 +342,7 @@ def run_stage(
         else:
             trainer.run_state.step_module = lite.setup_module(StepModule(module))
         path = _resolve_ckpt_path(trainer, ckpt_path, stage)
+        trainer.run_state.ckpt_path = path
         if path is not None:
             restore_checkpoint_state(trainer, path, weights_only=stage != "fit")
         if stage == "fit":

@@ -89,6 +89,8 @@ class RunState:
     :param configured_optimizers: The optimizers ``configure_optimizers`` returned in the latest run, as the Module
         made them (not as a strategy set them up): ``save_checkpoint`` after ``fit`` sets these up again, and a
         strategy that replaced them by its own (DeepSpeed's ZeRO optimizer) recognises them.
+    :param ckpt_path: The checkpoint the latest entry point loaded (resolved: ``"best"`` and ``"last"`` become
+        the file), or ``None``.
     """
 
     lite: Lite
@@ -113,3 +115,4 @@ class RunState:
     finished_fit: str | None = None
     fit_precision_state: dict[str, Any] | None = None
     configured_optimizers: list[Any] = attrs.field(factory=list)
+    ckpt_path: str | None = None

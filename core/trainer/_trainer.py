@@ -73,9 +73,9 @@ def _as_loggers(logger: object, default: Callable[[], list[Logger]]) -> list[Log
 class Trainer:
     """Train, validate, test and predict with a :class:`core.Module`, on any installed hardware plugins.
 
-    Each flag is declared once, in ``core.trainer._flags.FLAGS`` (its type, default, check and meaning); this
+    Each flag is declared once, in the Trainer's table of flags (its type, default, check and meaning); this
     signature, the read-only views of the loop flags (``trainer.max_epochs``, ...), ``TrainerConfig``'s fields, the
-    table of docs/trainer.md ("Trainer flags") and the ``:param`` lines below are generated from it.
+    table of docs/trainer.md ("Trainer flags") and the parameter lines below are generated from it.
     """
 
     def __init__(
@@ -259,12 +259,14 @@ class Trainer:
             callbacks.append(ModelCheckpoint())
         if progress_bar and not has_progress_bar:
             callbacks.append(default_progress_bar())
-        keys = [callback.state_key for callback in callbacks]
+        # only callbacks with a state go into checkpoints (Lightning's rule): two stateless ones may share a class
+        stateful = [callback for callback in callbacks if type(callback).state_dict is not Callback.state_dict]
+        keys = [callback.state_key for callback in stateful]
         duplicates = sorted({key for key in keys if keys.count(key) > 1})
         if duplicates:
             raise ConfigurationError(
-                f"Several callbacks share the state key(s) {duplicates}, so checkpoints could not tell their states "
-                f"apart; give them different settings (for ModelCheckpoint: monitor, dirpath or filename)."
+                f"Several callbacks with a state share the state key(s) {duplicates}, so checkpoints could not tell "
+                f"their states apart; give them different settings (for ModelCheckpoint: monitor, dirpath or filename)."
             )
 
         def order(callback: Callback) -> int:
@@ -351,7 +353,7 @@ class Trainer:
             raise ConfigurationError(f"{stage}() takes a core.Module, got {type(model).__qualname__}.")
         if datamodule is not None and not isinstance(datamodule, DataModule):
             raise ConfigurationError(f"datamodule={datamodule!r}: expected a core.DataModule.")
-        if self.state is not None:
+        if self.state:  # a run's name while one runs (the Lightning Trainer's state object is falsy when idle)
             raise CoreError(f"trainer.{stage}() was called while trainer.{self.state}() is running.")
         lite = self.run_state.lite if not self._lite_used else Lite(**self._lite_settings)
         self.run_state.lite, self._lite_used = lite, True
@@ -440,8 +442,13 @@ class Trainer:
     def callback_metrics(self) -> dict[str, torch.Tensor]:
         """Every logged value by name: epoch values once computed, and the latest step values."""
         metrics = dict(self.run_state.callback_metrics)
-        for name, value in self.run_state.train_metrics.latest_step_values().items():
+        store = self.run_state.train_metrics
+        for name, value in store.latest_step_values().items():
             metrics[name] = value if isinstance(value, torch.Tensor) else torch.tensor(value)
+        for name in store.forked_names():  # before its first epoch value: the latest step value
+            step_key = f"{name}_step"
+            if name not in metrics and step_key in metrics:
+                metrics[name] = metrics[step_key]
         return metrics
 
     @property
@@ -507,10 +514,10 @@ class Trainer:
         The content is documented in docs/trainer.md ("Checkpoints"); ``weights_only`` keeps the weights
         and hyperparameters only.
         """
-        if self.module is not None and self.state is None and self.run_state.finished_fit == "here":
+        if self.module is not None and not self.state and self.run_state.finished_fit == "here":
             self._save_after_fit(filepath, weights_only)
             return
-        if self.module is None or self.state is None:
+        if self.module is None or not self.state:
             if self.run_state.finished_fit == "elsewhere":
                 raise CoreError(
                     "save_checkpoint() after a ddp_spawn fit: the run's optimizers lived in its processes, which are "
@@ -537,11 +544,12 @@ class Trainer:
     def log_to_loggers(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Send ``metrics`` to every logger at ``step`` (default: the global step), from global rank 0.
 
-        During fit the current epoch is added as ``epoch``. Call it on every rank (it only records elsewhere).
+        During fit the loggers also get the current epoch as ``epoch``. Call it on every rank (it only records
+        elsewhere).
         """
-        if self.state == "fit":
-            metrics = {**metrics, "epoch": self.current_epoch}
         self.run_state.logged_metrics.update(metrics)
+        if self.state == "fit":  # for the loggers only, as Lightning: logged_metrics holds what was logged
+            metrics = {**metrics, "epoch": self.current_epoch}
         if self.is_global_zero:
             at = self.global_step if step is None else step
             for logger in self.loggers:
@@ -554,6 +562,9 @@ class Trainer:
         """
         for name, value in values.items():
             self.run_state.callback_metrics[name] = torch.tensor(value, dtype=torch.float64)
+        for name, key in store.forked_names().items():  # on_step and on_epoch: the bare name is the epoch value
+            if key in values:
+                self.run_state.callback_metrics[name] = torch.tensor(values[key], dtype=torch.float64)
         self.run_state.prog_bar_names |= store.prog_bar_names()
         if not log:
             return

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from core import __version__ as __version__  # Lightning's __version__: the version of core answering it
 from core.lightning._names import Target, namespace_getattr
 
 FABRIC: Final = {
     "Fabric": Target("core.lite", "Lite"),
-    "seed_everything": Target("core.lite", "seed_everything"),
+    "seed_everything": Target("core.lightning._compat", "seed_everything"),
 }
 
 __getattr__ = namespace_getattr(

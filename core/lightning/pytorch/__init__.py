@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from core import __version__ as __version__  # Lightning's __version__: the version of core answering it
 from core.lightning._names import Target, namespace_getattr
 
 PYTORCH: Final = {
@@ -11,7 +12,7 @@ PYTORCH: Final = {
     "LightningModule": Target("core.module", "Module"),
     "LightningDataModule": Target("core.module", "DataModule"),
     "Callback": Target("core.callbacks", "Callback"),
-    "seed_everything": Target("core.lite", "seed_everything"),
+    "seed_everything": Target("core.lightning._compat", "seed_everything"),
 }
 
 __getattr__ = namespace_getattr(

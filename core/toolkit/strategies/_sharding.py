@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeGuard
 import torch
 import torch.distributed as dist
 
-from core import ConfigurationError
+from core._errors import ConfigurationError
 from core.toolkit.tensors import apply_to_tensors
 
 if TYPE_CHECKING:
@@ -203,8 +203,6 @@ class ReplacedParameters:
         """Point an optimizer made before set-up at the replacements; refused once it holds state for parameters
         that were replaced. One already pointing at the set-up parameters (set up again after its run, as
         ``trainer.save_checkpoint`` after ``fit`` does) is left as it is, state included."""
-        from core import ConfigurationError
-
         replaced = [[self.replacement(parameter) for parameter in group["params"]] for group in optimizer.param_groups]
         if all(new is old for group, news in zip(optimizer.param_groups, replaced, strict=True)
                for new, old in zip(news, group["params"], strict=True)):

@@ -6,14 +6,15 @@ Its checkpoint and collective hooks are the single-process reference that the pr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import torch
 
 from core._errors import ConfigurationError
 from core._markers import hookimpl
+from core.toolkit._empty_init import EmptyInit
 
 from ._activations import ActivationCheckpointingPolicy, check_activation_checkpointing_policy, checkpoint_activations
 
@@ -61,6 +62,11 @@ class SingleDeviceStrategy:
             raise ConfigurationError(f"The strategy {self.name!r} is used before it was resolved into a run.")
         return self._active
 
+    @property
+    def precision(self) -> object:
+        """The run's precision plugin (Lightning's ``strategy.precision``)."""
+        return self.active.precision
+
     @hookimpl
     def core_attach(self, active: ActiveSet) -> None:
         self._active = active
@@ -107,8 +113,9 @@ class SingleDeviceStrategy:
 
     @hookimpl
     def strategy_module_init_context(self, empty_init: bool) -> AbstractContextManager[Any]:
-        # Parameters are created straight on the device; empty_init matters only to sharding strategies.
-        return self.active.device or torch.device("cpu")
+        # Parameters are created straight on the device. empty_init skips torch.nn.init (uninitialised memory, no
+        # random numbers drawn), as Lightning's Strategy.module_init_context does for one device and for DDP.
+        return _on_device(self.active.device or torch.device("cpu"), EmptyInit(enabled=empty_init))
 
     @hookimpl
     def strategy_save_checkpoint(self, path: str, state: dict[str, Any]) -> None:
@@ -138,3 +145,9 @@ def set_up_part(module: torch.nn.Module, kind: type[_Part], alias: str, needed_b
             f"in {kind.__name__} and holds none; pass the module that setup() / setup_module() returned."
         )
     return found
+
+
+@contextmanager
+def _on_device(device: torch.device, empty_init: EmptyInit) -> Iterator[None]:
+    with device, empty_init:
+        yield

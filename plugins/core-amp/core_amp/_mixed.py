@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from core import CheckpointError, ConfigurationError, CoreDeprecationWarning, Supports, hookimpl
-from core.toolkit.tensors import apply_to_tensors
+from core.toolkit.precisions import floating_to
 
 if TYPE_CHECKING:
     from core import ActiveSet
@@ -125,8 +125,7 @@ class MixedPrecision:
 
     @hookimpl
     def precision_convert_output(self, data: Any) -> Any:
-        target = torch.get_default_dtype()
-        return apply_to_tensors(data, lambda t: t.to(target) if torch.is_floating_point(t) else t)
+        return floating_to(data)
 
     @hookimpl
     def precision_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> bool:

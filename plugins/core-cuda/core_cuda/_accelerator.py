@@ -46,6 +46,11 @@ class CUDAAccelerator:
     def accelerator_device_count(self) -> int:
         return visible_device_count()
 
+    @staticmethod
+    def auto_device_count() -> int:
+        """The CUDA devices this process can see, 0 without any (Lightning's ``CUDAAccelerator.auto_device_count``)."""
+        return visible_device_count()
+
     @hookimpl
     def accelerator_parse_devices(self, devices: DeviceRequest) -> list[int]:
         self._require_available()

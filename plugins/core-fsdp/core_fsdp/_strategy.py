@@ -91,7 +91,8 @@ class FSDPStrategy(ShardedStrategy):
         ``CPUOffload(offload_params=True)``, as Lightning takes it, means the same).
     :param mixed_precision: A ``MixedPrecisionPolicy`` (FSDP1's ``MixedPrecision`` is converted: its
         ``param_dtype`` and ``reduce_dtype``); by default derived from the run's precision (``bf16-mixed`` computes
-        with bfloat16 parameters and reduces gradients in float32).
+        with bfloat16 parameters and reduces gradients in float32; another precision names its dtype through
+        ``precision_sharded_parameter_dtype``, and without it parameters keep theirs).
     :param state_dict_type: ``"sharded"``: every rank writes its shards (through the ``distributed``
         checkpoint_io, the default then); ``"full"``: the shards are gathered and rank 0 writes one file.
     :param sync_module_states: Broadcast rank 0's initial parameters before sharding (not needed, and
@@ -202,6 +203,8 @@ class FSDPStrategy(ShardedStrategy):
         if self.mixed_precision is not None:
             return self.mixed_precision
         dtype = MIXED_PARAMETER_DTYPES.get(self.active.config.precision)
+        if dtype is None:  # another precision says what it computes in (float8's bf16), else the stored dtype
+            dtype = self.active.hook.precision_sharded_parameter_dtype()
         if dtype is None:
             return MixedPrecisionPolicy()
         return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)

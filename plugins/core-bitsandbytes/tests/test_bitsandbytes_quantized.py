@@ -1,0 +1,120 @@
+"""4-bit and 8-bit weights on the CPU: their size, a frozen quantized base with trainable adapters, checkpoints.
+
+What this does not cover: CUDA kernels (bitsandbytes' CPU backend computes the same formats), ddp with 2 processes
+(allowed by ``supports``, not run here).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from core_bitsandbytes import BitsandbytesPrecision
+
+import core
+from core.testing import PrecisionConformance
+
+
+def _model() -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
+
+
+def _bytes(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in module.state_dict(keep_vars=True).values())
+
+
+def test_nf4_weights_take_at_most_30_percent_of_bf16() -> None:
+    lite = core.Lite(accelerator="cpu", devices=1, precision="nf4")
+    quantized: list[Any] = list(lite.setup_module(_model()).module.children())
+    plain = _model().to(torch.bfloat16)
+    weights_nf4 = sum(_bytes(layer) - layer.bias.numel() * layer.bias.element_size() for layer in quantized
+                      if hasattr(layer, "weight"))
+    weights_bf16 = sum(layer.weight.numel() * 2 for layer in plain if isinstance(layer, torch.nn.Linear))
+    assert weights_nf4 <= 0.30 * weights_bf16, f"nf4 weights take {weights_nf4} bytes, bf16 {weights_bf16}"
+
+
+class Adapter(torch.nn.Module):
+    """A LoRA-style update beside a frozen layer: base(x) + up(down(x))."""
+
+    def __init__(self, base: torch.nn.Module, features_in: int, features_out: int, rank: int = 8) -> None:
+        super().__init__()
+        self.base = base
+        self.down = torch.nn.Parameter(torch.randn(rank, features_in) * 0.01)
+        self.up = torch.nn.Parameter(torch.zeros(features_out, rank))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + x @ self.down.to(x.dtype).t() @ self.up.to(x.dtype).t()
+
+
+@pytest.mark.parametrize("mode", ["nf4", "nf4-dq", "fp4", "int8"])
+def test_adapters_on_a_quantized_base_train(mode: str) -> None:
+    def train(lite: core.Lite) -> dict[str, Any]:
+        module = lite.setup_module(_model())
+        base: Any = module.module
+        for parameter in base.parameters():
+            parameter.requires_grad_(False)
+        base[0] = Adapter(base[0], 256, 512)  # adapters after setup, in float32, around the quantized layers
+        base[2] = Adapter(base[2], 512, 256)
+        trainable = [parameter for parameter in base.parameters() if parameter.requires_grad]
+        optimizer = lite.setup_optimizers(torch.optim.AdamW(trainable, lr=1e-2))
+        generator = torch.Generator().manual_seed(0)
+        features = torch.randn(64, 256, generator=generator)
+        targets = torch.randn(64, 256, generator=generator) * 0.1
+        losses = []
+        for _ in range(15):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(module(features).float(), targets)
+            lite.backward(loss)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        frozen = [type(p).__name__ for p in base.parameters() if not p.requires_grad]
+        return {"losses": losses, "trainable": len(trainable), "frozen": frozen}
+
+    result = core.Lite(accelerator="cpu", devices=1, precision=mode).launch(train)
+    assert result["trainable"] == 4
+    assert result["losses"][-1] < 0.8 * result["losses"][0], f"{mode}: the adapters did not learn: {result['losses']}"
+
+
+def test_a_quantized_checkpoint_is_plain_and_loads_back(tmp_path: Path) -> None:
+    path = str(tmp_path / "nf4.ckpt")
+
+    def save(lite: core.Lite) -> dict[str, Any]:
+        module = lite.setup_module(_model())
+        lite.save(path, {"model": module})
+        return {key: (tuple(value.shape), str(value.dtype)) for key, value in torch.load(path).items()
+                for key, value in value.items()}
+
+    saved = core.Lite(accelerator="cpu", devices=1, precision="nf4").launch(save)
+    assert saved == {key: (tuple(value.shape), "torch.float32") for key, value in _model().state_dict().items()}
+
+    def load(lite: core.Lite) -> float:
+        module = lite.setup_module(_model())
+        lite.load(path, {"model": module})
+        reference = _model()
+        return float((module(torch.ones(4, 256)) - reference(torch.ones(4, 256))).abs().max())
+
+    assert core.Lite(accelerator="cpu", devices=1, precision="nf4").launch(load) < 0.1
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "model_parallel", "deepspeed"])
+def test_sharding_strategies_are_refused_by_name(strategy: str) -> None:
+    with pytest.raises(core.CoreError, match="cannot be sharded"):
+        core.Lite(accelerator="cpu", strategy=strategy, devices=2, precision="nf4")
+
+
+def test_bad_options_name_the_fix() -> None:
+    with pytest.raises(core.ConfigurationError, match=r"compute in torch\.float16 only"):
+        BitsandbytesPrecision("int8", dtype=torch.bfloat16)
+    with pytest.raises(core.ConfigurationError, match="expected one of"):
+        BitsandbytesPrecision("nf3")
+    lite = core.Lite(accelerator="cpu", devices=1, precision="nf4")
+    with pytest.raises(core.ConfigurationError, match="has none"):
+        lite.setup_module(torch.nn.Sequential(torch.nn.ReLU()))
+
+
+class TestNf4Conformance(PrecisionConformance):
+    alias = "nf4"
+    round_trip_rtol = 1e-2  # 4-bit rounding, as a fraction of the sum of magnitudes

@@ -1,0 +1,146 @@
+"""Float8 training (emulated on this CPU machine) against bf16-mixed, under single_device, ddp and fsdp.
+
+Each strategy runs one job (float8_job.py; 2 gloo processes for ddp and fsdp, started by ``python -m core.run``)
+that trains bench/gpu_gpt.py's GPT with bf16-mixed, fp8 eager and fp8 compiled from the same weights on the same
+batches, and round-trips checkpoints between fp8 and bf16 runs. The tests read its record.
+
+What this does not cover: real float8 matrix multiplications (a CUDA GPU of capability 8.9+; bench/gpu_gpt.py's
+float8 section measures them), float8 all-gather (its scales need a CUDA mesh in torchao), tensor parallelism.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from core_torchao import Float8Precision
+
+import core
+from core import ConfigurationError, CoreWarning
+from core.testing import PrecisionConformance
+from core.toolkit.precisions import LinearFilter
+
+JOB = Path(__file__).with_name("float8_job.py")
+JOB_TIMEOUT = 900
+LOSS_TOLERANCE = 0.01
+"""Each step's fp8 loss is within 1 % (relative) of the bf16-mixed run's: emulated float8 rounds like real float8."""
+
+
+def _run_job(strategy: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    directory = tmp_path_factory.mktemp(f"float8-{strategy}")
+    out = directory / "record.json"
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if strategy == "single_device":
+        command = [sys.executable, str(JOB), strategy, "1", str(out), "--compile"]
+    else:
+        command = [sys.executable, "-m", "core.run", "--accelerator", "cpu", "--strategy", strategy, "--devices", "2",
+                   str(JOB), strategy, "2", str(out), "--compile"]
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, f"the {strategy} job failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    record: dict[str, Any] = json.loads(out.read_text())
+    return record
+
+
+@pytest.fixture(scope="module", params=["single_device", "ddp", "fsdp"])
+def record(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _run_job(request.param, tmp_path_factory)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(JOB_TIMEOUT + 60)
+def test_float8_tracks_bf16_and_checkpoints_stay_plain(record: dict[str, Any]) -> None:
+    reference = record["bf16-mixed"]["losses"]
+    assert reference[-1] < reference[0] - 0.5, f"the bf16 reference did not learn: {reference}"
+    for run in ("fp8", "fp8-compiled"):
+        losses = record[run]["losses"]
+        worst = max(abs(a - b) / b for a, b in zip(losses, reference, strict=True))
+        assert worst <= LOSS_TOLERANCE, f"{run} strays {worst:.2%} from bf16-mixed: {losses} vs {reference}"
+        assert "Float8Linear" in record[run]["layer_types"], f"{run} converted no layer: {record[run]['layer_types']}"
+        assert record[run]["optimizer_is_the_models"], f"{run}: the optimizer does not hold the model's parameters"
+    assert "Float8Linear" not in record["bf16-mixed"]["layer_types"]
+    # Same keys, dtypes and values whichever run saved and whichever loaded.
+    forward, back = record["load fp8 into bf16-mixed"], record["load bf16-mixed into fp8"]
+    assert forward["keys"] == back["keys"] and forward["dtypes"] == back["dtypes"] == ["torch.float32"]
+    assert forward["checksum"] == pytest.approx(record["checkpoints"]["fp8"]["checksum"], rel=1e-9)
+    assert back["checksum"] == pytest.approx(record["checkpoints"]["bf16-mixed"]["checksum"], rel=1e-9)
+
+
+def test_the_filter_leaves_small_layers_the_head_and_named_layers() -> None:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 1000), torch.nn.Linear(1024, 64),
+        torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 1024),
+    )
+    chosen = LinearFilter(min_weight_elements=1 << 20, exclude=("3",)).chosen(model)
+    # 1: 1000 is no multiple of 16; 2: 64 K weights; 3: excluded by name; 4: the output head.
+    assert chosen == ["0"]
+    with pytest.warns(CoreWarning, match="emulated"):
+        lite = core.Lite(accelerator="cpu", devices=1, precision=Float8Precision("fp8", exclude=["3"]))
+        module = lite.setup_module(model)
+    assert [type(layer).__name__ for layer in module.module.children()] == ["Float8Linear"] + ["Linear"] * 4
+
+
+def test_a_layer_filter_sees_the_users_names_in_the_trainer() -> None:
+    seen: list[str] = []
+
+    class Net(core.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 16))
+
+        def training_step(self, batch: Any, batch_index: int) -> torch.Tensor:
+            return self.body(batch[0]).float().pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def include(layer: torch.nn.Module, name: str) -> bool:
+        seen.append(name)
+        return True
+
+    precision = Float8Precision("fp8", layer_filter=LinearFilter(include=include, skip_output_head=False))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 32)), batch_size=8)
+    net = Net()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CoreWarning)
+        trainer = core.Trainer(accelerator="cpu", devices=1, precision=precision, max_epochs=1, logger=False,
+                               enable_checkpointing=False, enable_progress_bar=False)
+        trainer.fit(net, data)
+        trainer.fit(net, data)  # a second run in the same script: no second conversion
+    assert seen == ["body.0", "body.1"], f"the filter saw {seen}: names must be the user's, converted once"
+    assert type(net.body[0]).__name__ == "Float8Linear"
+    optimizer = trainer.optimizers[0]
+    assert {id(p) for group in optimizer.param_groups for p in group["params"]} == {id(p) for p in net.parameters()}
+
+
+def test_bad_options_name_the_fix() -> None:
+    with pytest.raises(ConfigurationError, match="tensorwise scales only; use precision 'fp8'"):
+        Float8Precision("fp8-rowwise", float8_all_gather=True)
+    with pytest.raises(ConfigurationError, match="expected one of"):
+        Float8Precision("fp9")
+    precision = Float8Precision("fp8", emulate=False)
+    with pytest.raises(ConfigurationError, match="needs float8 hardware"):
+        core.Lite(accelerator="cpu", devices=1, precision=precision).setup_module(torch.nn.Linear(16, 16))
+
+
+def test_check_says_float8_is_emulated_here() -> None:
+    done = subprocess.run([sys.executable, "-m", "core.plugins", "--check", "--verbose"], capture_output=True,
+                          text=True, timeout=300)
+    assert "precision 'fp8' (core-torchao): usable" in done.stdout, done.stdout
+    assert "float8 runs emulated here" in done.stdout and "8.9" in done.stdout
+
+
+def every_layer_fp8() -> Float8Precision:
+    """``fp8`` converting every eligible layer: the kit's model is small."""
+    return Float8Precision("fp8", layer_filter=LinearFilter(min_weight_elements=0))
+
+
+@pytest.mark.filterwarnings("ignore::core.CoreWarning")
+class TestFloat8Conformance(PrecisionConformance):
+    plugin_factory = every_layer_fp8
