@@ -104,6 +104,7 @@ def _set_up_model_and_optimizers(trainer: Trainer, lite: Lite, module: Module) -
     optimizers, schedulers = parse_optimizers(module.configure_optimizers())
     step_module, *set_up = lite.setup(StepModule(module), *optimizers)
     trainer.run_state.step_module = step_module
+    trainer.run_state.configured_optimizers = list(optimizers)
     trainer.optimizers = set_up
     trainer.lr_scheduler_configs = schedulers
 
@@ -403,8 +404,10 @@ def _convert_sync_batchnorm(lite: Lite, module: Module) -> None:
 def save_after_fit(lite: Lite, trainer: Trainer, module: Module, filepath: str, weights_only: bool) -> None:
     """``trainer.save_checkpoint`` after ``fit`` returned, in every process of a fresh launch with the same settings:
     the fitted module and optimizers are set up again (nothing trains) and saved as a checkpoint taken at the end
-    of the fit, so ``fit(ckpt_path=...)`` resumes from it."""
-    optimizers = [opt.optimizer if isinstance(opt, LiteOptimizer) else opt for opt in trainer.optimizers]
+    of the fit, so ``fit(ckpt_path=...)`` resumes from it. The optimizers set up are those ``configure_optimizers``
+    made (a strategy that replaced them during the fit, DeepSpeed, gives them back with their state at teardown)."""
+    optimizers = trainer.run_state.configured_optimizers or [
+        opt.optimizer if isinstance(opt, LiteOptimizer) else opt for opt in trainer.optimizers]
     trainer.run_state.lite = lite
     module.trainer = trainer
     try:

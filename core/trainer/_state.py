@@ -86,6 +86,9 @@ class RunState:
         of ``ddp_spawn``, which are gone); ``None`` otherwise.
     :param fit_precision_state: The precision plugin's state at the end of that ``fit`` (a loss scaler's scale),
         which ``save_checkpoint`` after it writes: its short run's precision plugin is a fresh one.
+    :param configured_optimizers: The optimizers ``configure_optimizers`` returned in the latest run, as the Module
+        made them (not as a strategy set them up): ``save_checkpoint`` after ``fit`` sets these up again, and a
+        strategy that replaced them by its own (DeepSpeed's ZeRO optimizer) recognises them.
     :param ckpt_path: The checkpoint the latest entry point loaded (resolved: ``"best"`` and ``"last"`` become
         the file), or ``None``.
     """
@@ -111,4 +114,5 @@ class RunState:
     predict_recorders: list[Any] = attrs.field(factory=list)
     finished_fit: str | None = None
     fit_precision_state: dict[str, Any] | None = None
+    configured_optimizers: list[Any] = attrs.field(factory=list)
     ckpt_path: str | None = None

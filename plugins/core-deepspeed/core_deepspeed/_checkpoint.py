@@ -135,6 +135,7 @@ def load_consolidated(path: str | Path, weights_only: bool = True) -> dict[str, 
         )
     zero_to_fp32 = importlib.import_module("deepspeed.utils.zero_to_fp32")
     weights = zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint(str(path), tag=tag)
+    prefix = meta.get("module_prefix", "")
     result = dict(meta["state"])
-    result[meta["module"]] = dict(weights)
+    result[meta["module"]] = {key.removeprefix(prefix): value for key, value in weights.items()}
     return result

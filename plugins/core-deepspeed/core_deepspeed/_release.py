@@ -109,3 +109,23 @@ def _restore_module(record: ModuleRecord) -> None:
             buffer = module._buffers.get(name)
             if buffer is not None and buffer.dtype != dtype:
                 module._buffers[name] = buffer.to(dtype)
+
+
+@attrs.frozen(eq=False)
+class OptimizerRecord:
+    """An optimizer before ``deepspeed.initialize``, which points its groups at ZeRO's flat fp32 partitions."""
+
+    optimizer: torch.optim.Optimizer
+    params: list[list[Any]]
+
+
+def snapshot_optimizer(optimizer: torch.optim.Optimizer) -> OptimizerRecord:
+    return OptimizerRecord(optimizer, [list(group["params"]) for group in optimizer.param_groups])
+
+
+def restore_optimizer(record: OptimizerRecord) -> None:
+    """Point the optimizer's groups at the module's parameters again; its state (kept for ZeRO's flat partitions,
+    which are gone with the engine) is dropped: the strategy keeps ZeRO's own state for the next set-up."""
+    for group, params in zip(record.optimizer.param_groups, record.params, strict=True):
+        group["params"] = params
+    record.optimizer.state.clear()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from types import ModuleType
@@ -27,7 +28,14 @@ import torch.distributed as dist
 from core import CheckpointError, ConfigurationError, PluginUnavailableError, Supports, hookimpl
 from core.toolkit.checkpoint import restore_state as restore
 from core.toolkit.checkpoint import to_checkpoint
-from core.toolkit.strategies import ParallelOptions, ParallelStrategy, failing
+from core.toolkit.strategies import (
+    OptimizerWrapper,
+    ParallelOptions,
+    ParallelStrategy,
+    StatefulGroup,
+    StepRunner,
+    failing,
+)
 
 from . import _checkpoint, _import, _release
 from ._config import (
@@ -87,6 +95,21 @@ def _forget_process_groups(deepspeed: ModuleType) -> None:
             setattr(groups, name, None)
 
 
+class _Finished:
+    """What a run's ZeRO optimizer held when its engine was destroyed: this rank's ``state_dict()`` of it, and
+    the engine's step counters."""
+
+    def __init__(self, engine: Any) -> None:
+        self.state: dict[str, Any] = engine.optimizer.state_dict()
+        self.counters = {name: getattr(engine, name) for name in ("global_steps", "global_samples", "skipped_steps")}
+
+
+# Each optimizer a run gave back (the user's, see _release.restore_optimizer) -> the ZeRO state it ended with. The
+# next set-up of that optimizer, in a later run of the same processes (``trainer.save_checkpoint`` after ``fit``,
+# or another ``fit``), continues from it: the optimizer keeps its state across runs, as under ddp.
+_FINISHED: weakref.WeakKeyDictionary[torch.optim.Optimizer, _Finished] = weakref.WeakKeyDictionary()
+
+
 class DeepSpeedStrategy(ParallelStrategy):
     """Sharded data parallelism with DeepSpeed ZeRO: optimizer states (stage 1), gradients (2), parameters (3).
 
@@ -140,6 +163,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         self._deepspeed: ModuleType | None = None
         self._engines: list[Any] = []
         self._set_up: list[_release.Snapshot] = []  # each module tree as it was before deepspeed.initialize
+        self._given: list[tuple[Any, _release.OptimizerRecord]] = []  # each engine's optimizer, as it came in
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.alias!r}, {self.settings}, config={self.user_config!r})"
@@ -147,7 +171,7 @@ class DeepSpeedStrategy(ParallelStrategy):
     def __getstate__(self) -> dict[str, Any]:
         # The options travel; deepspeed (a module) and the engines of a run stay behind.
         state = super().__getstate__()
-        for key in ("_config", "_deepspeed", "_engines", "_set_up"):
+        for key in ("_config", "_deepspeed", "_engines", "_set_up", "_given"):
             state.pop(key, None)
         return state
 
@@ -157,6 +181,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         self._deepspeed = None
         self._engines = []
         self._set_up = []
+        self._given = []
 
     def unavailable_reason(self) -> str | None:
         """Why this strategy cannot run here (``python -m core.plugins --check``), or ``None``."""
@@ -216,14 +241,19 @@ class DeepSpeedStrategy(ParallelStrategy):
                 with self.communicator.guard("gathering the trained parameters at teardown (DeepSpeed)"):
                     values = {key: value for recorded in self._set_up
                               for key, value in _release.gather(recorded, self.deepspeed).items()}
+                for engine, optimizer in self._given:
+                    _FINISHED[optimizer.optimizer] = _Finished(engine)
             for engine in self._engines:
                 engine.destroy()  # removes DeepSpeed's hooks and the optimizer's references to the parameters
             for recorded in self._set_up:
                 _release.restore(recorded, values)
+            for _, optimizer in self._given:
+                _release.restore_optimizer(optimizer)
             super().strategy_teardown()
         finally:
             self._engines.clear()
             self._set_up.clear()
+            self._given.clear()
             if self._deepspeed is not None and not dist.is_initialized():
                 _forget_process_groups(self._deepspeed)
 
@@ -238,6 +268,8 @@ class DeepSpeedStrategy(ParallelStrategy):
         self._refuse_ended_partitions(module)
         self.checkpoint_activations(module)  # before the engine's hooks: keys stay, the engine is unaware of it
         recorded = _release.snapshot(module)
+        given = None if optimizer is None else _release.snapshot_optimizer(optimizer)
+        finished = None if optimizer is None else _FINISHED.pop(optimizer, None)
         try:
             engine, _, _, _ = self.deepspeed.initialize(model=module, optimizer=optimizer, config=config)
         except (AssertionError, ValueError) as error:
@@ -246,7 +278,25 @@ class DeepSpeedStrategy(ParallelStrategy):
             ) from error
         self._engines.append(engine)
         self._set_up.append(recorded)
+        if given is not None:
+            self._given.append((engine, given))
+        if finished is not None:
+            self._continue(engine, finished)
         return engine
+
+    def _continue(self, engine: Any, finished: _Finished) -> None:
+        """Load the ZeRO state an earlier run's engine ended with into ``engine``, as its ``load_checkpoint`` would
+        (the fp32 master partitions included, so that training continues bitwise). Collective: every rank sets up."""
+        group = engine.optimizer.dp_process_group
+        states: list[Any] = [None] * dist.get_world_size(group)
+        with self.communicator.guard("gathering the optimizer state of the previous run (DeepSpeed)"):
+            dist.all_gather_object(states, finished.state, group=group)
+            engine.optimizer.load_state_dict(
+                state_dict_list=states, load_optimizer_states=True,
+                load_from_fp32_weights=engine.zero_load_from_fp32_weights(),
+            )
+        for name, value in finished.counters.items():
+            setattr(engine, name, value)
 
     def _refuse_ended_partitions(self, module: torch.nn.Module) -> None:
         ended = [name for name, parameter in module.named_parameters()
@@ -351,8 +401,14 @@ class DeepSpeedStrategy(ParallelStrategy):
     # -- checkpoints -----------------------------------------------------------------------------------
 
     def _owned_keys(self, state: Mapping[str, Any]) -> tuple[Any, str, str | None] | None:
-        """The engine in ``state`` and the keys of its module and optimizer, or ``None`` without an engine."""
-        found = [(key, value) for key, value in state.items() if any(value is engine for engine in self._engines)]
+        """The engine in ``state`` and the keys of its module and optimizer, or ``None`` without an engine.
+
+        The module is the engine itself (``Lite.save``) or the model whose steps the engine's module runs (the
+        Trainer's Module, :class:`core.toolkit.strategies.StepRunner`); the optimizer is the engine's, alone or as
+        the one item of a :class:`core.toolkit.strategies.StatefulGroup` (the Trainer's optimizers).
+        """
+        found = [(key, value) for key, value in state.items()
+                 if any(value is engine or _runs_steps_of(engine, value) for engine in self._engines)]
         if not found:
             return None
         if len(found) > 1:
@@ -360,8 +416,9 @@ class DeepSpeedStrategy(ParallelStrategy):
                 f"The strategy {self.alias!r} saves one DeepSpeed engine per checkpoint; the state holds "
                 f"{[key for key, _ in found]}. Save each module in its own checkpoint."
             )
-        module_key, engine = found[0]
-        optimizer_key = next((key for key, value in state.items() if value is engine.optimizer), None)
+        module_key, value = found[0]
+        engine = next(engine for engine in self._engines if value is engine or _runs_steps_of(engine, value))
+        optimizer_key = next((key for key, value in state.items() if _holds_optimizer(value, engine.optimizer)), None)
         return engine, module_key, optimizer_key
 
     @hookimpl
@@ -385,6 +442,9 @@ class DeepSpeedStrategy(ParallelStrategy):
                 "module": module_key,
                 "optimizer": optimizer_key,
                 "state": to_checkpoint(others, filter, {}),
+                # The engine saves its module's keys; the model saved under module_key is a child of it (the
+                # Trainer's Module in its StepModule): the consolidated weights drop the child's prefix.
+                "module_prefix": _prefix_of(engine.module, state[module_key]),
             }
         }
         _checkpoint.save_sharded(
@@ -459,6 +519,29 @@ class DeepSpeedStrategy(ParallelStrategy):
             return super().strategy_load_checkpoint(path=path, weights_only=weights_only)
         # Lite.load(path) without objects to restore: the consolidated fp32 weights, on every rank.
         return _checkpoint.load_consolidated(path, weights_only)
+
+
+def _prefix_of(root: torch.nn.Module, module: Any) -> str:
+    """The prefix of ``module``'s keys in ``root``'s state dict: ``""`` for ``root`` itself (or an engine of it)."""
+    found = next((name for name, child in root.named_modules() if child is module and name), None)
+    return "" if found is None else f"{found}."
+
+
+def _runs_steps_of(engine: Any, value: Any) -> bool:
+    stepper = engine.module
+    return isinstance(stepper, StepRunner) and stepper.stepped_module is value
+
+
+def _holds_optimizer(value: Any, optimizer: Any) -> bool:
+    """``value`` is ``optimizer``, or a group of one item that is it (or wraps it)."""
+    if isinstance(value, StatefulGroup):
+        items = list(value.stateful_items)
+        if len(items) != 1:
+            return False
+        value = items[0]
+    if isinstance(value, OptimizerWrapper):
+        value = value.set_up_optimizer
+    return value is optimizer
 
 
 @contextmanager

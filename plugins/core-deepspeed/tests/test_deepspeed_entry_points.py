@@ -80,3 +80,33 @@ def test_fit_then_validate_test_and_fit_again_use_the_trained_weights(
         assert results["later_run"].endswith(
             "Create the module inside this run's init_module() and load its weights from a checkpoint."
         )
+
+
+
+@pytest.fixture(scope="module", params=["deepspeed_stage_2", "deepspeed_stage_3"])
+def saved_after_fit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, command: Command) -> Path:
+    """One job per stage: a straight 6-step fit; a 3-step fit, then save_checkpoint twice; a resume to 6 steps."""
+    directory = tmp_path_factory.mktemp(request.param)
+    script = SCRIPTS / "deepspeed_save_after_fit_job.py"
+    finished = command([sys.executable, str(script), request.param, str(directory)], cwd=directory, timeout=120)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    return directory
+
+
+@pytest.mark.timeout(150)
+def test_save_checkpoint_after_fit_writes_deepspeed_shards_that_resume_bitwise(saved_after_fit: Path) -> None:
+    """The fit's engine is gone when save_checkpoint runs: the save sets the Module's optimizer up again and the
+    strategy carries the ZeRO state the fit ended with into the new engine (before: "setup_optimizers() takes
+    torch.optim.Optimizer objects, got DeepSpeedZeroOptimizer"). The Trainer's checkpoint goes through the engine,
+    one optimizer shard per rank, as Lite.save of an engine does."""
+    for name in ("first", "second"):  # the second in a run after the first's, which gave the optimizer back again
+        shards = sorted(path.name for path in (saved_after_fit / name / "checkpoint").iterdir())
+        optimizer_shards = [shard for shard in shards if shard.endswith("_optim_states.pt")]
+        assert optimizer_shards == [f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)], name
+    results = torch.load(saved_after_fit / "results.pt", weights_only=True)
+    assert len(results["straight_losses"]) == 6
+    assert results["resumed_losses"] == results["straight_losses"][3:]  # Adam's state too: a fresh one would differ
+    assert_equal(results["resumed"], results["straight"])
+    assert not any(torch.equal(results["stopped"][key], results["straight"][key]) for key in results["straight"])
+    # Consolidated, the checkpoint's weights are the Module's own (its keys, not its StepModule's "module.<key>").
+    assert_equal(results["consolidated"], results["stopped"])
