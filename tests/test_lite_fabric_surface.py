@@ -74,6 +74,26 @@ def test_load_raw_loads_a_plain_state_dict_into_a_set_up_module(tmp_path: Path) 
     core.Lite(accelerator="cpu").launch(run)
 
 
+class TrustedStateDict(dict[str, torch.Tensor]):
+    """A state dict of a class of the program's own: torch's weights_only unpickler refuses it."""
+
+
+def test_load_raw_refuses_arbitrary_objects_unless_weights_only_is_false(tmp_path: Path) -> None:
+    source = torch.nn.Linear(3, 2)
+    torch.save(TrustedStateDict(source.state_dict()), tmp_path / "trusted.pt")
+
+    def run(lite: core.Lite) -> None:
+        model = lite.setup(torch.nn.Linear(3, 2))
+        for refusing in ({}, {"weights_only": None}, {"weights_only": True}):
+            with pytest.raises(core.CheckpointError, match="If you trust the file, load it with weights_only=False"):
+                lite.load_raw(tmp_path / "trusted.pt", model, **refusing)
+        lite.load_raw(tmp_path / "trusted.pt", model, weights_only=False)  # Lightning's keyword, a trusted file
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values(),
+                                                     strict=True))
+
+    core.Lite(accelerator="cpu").launch(run)
+
+
 def test_init_tensor_and_the_plugin_properties() -> None:
     def run(lite: core.Lite) -> None:
         with lite.init_tensor():

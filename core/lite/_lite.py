@@ -1007,14 +1007,18 @@ class Lite:
             logger.log_metrics(values, step)
 
     def load_raw(self, path: str | os.PathLike[str], obj: torch.nn.Module | torch.optim.Optimizer,
-                 strict: bool = True) -> None:
-        """Load a plain ``state_dict`` file (``torch.save(model.state_dict(), path)``) into ``obj``."""
+                 strict: bool = True, *, weights_only: bool | None = None) -> None:
+        """Load a plain ``state_dict`` file (``torch.save(model.state_dict(), path)``) into ``obj``.
+
+        :param weights_only: ``None`` or ``True`` (the default): refuse a file holding anything but tensors and plain
+            containers; ``False`` unpickles anything (only for a file from a trusted source), as in :meth:`load`.
+        """
         self._require_running("load_raw")
         where = os.fspath(path)
         target = obj.__dict__.get("_original_module", obj) if isinstance(obj, LiteModule) else obj
         if isinstance(target, LiteOptimizer):
             target = target.optimizer
-        loaded = self._hooks.strategy_load_checkpoint(path=where, weights_only=True)
+        loaded = self._hooks.strategy_load_checkpoint(path=where, weights_only=weights_only is not False)
         restore({"state": target}, {"state": loaded}, strict, where)
 
     @contextmanager
