@@ -24,6 +24,7 @@ what is logged at a logging step.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -84,9 +85,11 @@ class FitLoop:
         self.step_takes_index = takes_batch_idx(module.training_step)
         self.transfer = batch_transfer(trainer.lite, module, trainer.datamodule)
         self.backward = module.backward
-        self.custom_step = overrides(module, "optimizer_step")
-        self.store = trainer.run_state.train_metrics
         self.optimizers = trainer.optimizers
+        # An overridden optimizer_step, or an optimizer whose step needs the closure (LBFGS evaluates the loss
+        # several times a step): the forward and backward then run inside the closure, as Lightning always runs them.
+        self.custom_step = overrides(module, "optimizer_step") or any(map(steps_with_a_closure, self.optimizers))
+        self.store = trainer.run_state.train_metrics
         self.schedulers = trainer.lr_scheduler_configs
         self.step_schedulers = [config for config in self.schedulers if config.interval == "step"]
         self.accumulate = trainer.accumulate_grad_batches
@@ -476,3 +479,14 @@ def run_fit(
     hooks.call("on_train_end", trainer, module)
     module.on_fit_end()
     hooks.call("on_fit_end", trainer, module)
+
+
+def steps_with_a_closure(optimizer: Any) -> bool:
+    """Whether ``optimizer.step`` cannot run without a closure (``torch.optim.LBFGS``): its ``closure`` parameter has
+    no default. A set-up optimizer is asked about the optimizer it wraps."""
+    inner = getattr(optimizer, "set_up_optimizer", optimizer)
+    try:
+        closure = inspect.signature(type(inner).step).parameters.get("closure")
+    except (TypeError, ValueError):  # a step without a readable signature (a C extension): none required
+        return False
+    return closure is not None and closure.default is inspect.Parameter.empty
