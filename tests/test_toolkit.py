@@ -217,3 +217,18 @@ def test_set_rendezvous_exports_address_and_port_and_restore_undoes_it(monkeypat
     assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("10.0.0.1", "29511")
     exported.restore()
     assert os.environ["MASTER_ADDR"] == "before" and "MASTER_PORT" not in os.environ
+
+
+def test_quieted_holds_a_logger_at_the_level_for_the_block_and_restores_it(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    engine = logging.getLogger("core-test-engine")
+    engine.setLevel(logging.INFO)
+    with caplog.at_level(logging.INFO, logger="core-test-engine"), core.toolkit.quieted("core-test-engine"):
+        engine.warning("expected here")
+        engine.error("news")
+    assert [record.getMessage() for record in caplog.records] == ["news"]
+    assert engine.level == logging.INFO
+    with pytest.raises(RuntimeError), core.toolkit.quieted(engine, logging.CRITICAL):  # restored after an error too
+        raise RuntimeError
+    assert engine.level == logging.INFO

@@ -40,6 +40,7 @@ upload (fsspec URLs), so a reader never sees half a file; :func:`local_path`, :f
 only when a run needs it, and says in one sentence why it cannot be used here and the command that fixes it
 (``unavailable_reason``, the plugin trait) or raises :class:`core.PluginUnavailableError` (``load``).
 :func:`require_accelerator` raises that error, with the way out, when an accelerator plugin cannot run here.
+:func:`quieted` holds an engine's logger at a higher level around a call whose messages are expected there.
 
 **Whole numbers**: :func:`is_whole` says whether a value is an ``int`` that is not a ``bool`` (and at least a
 minimum); :func:`check_whole` returns an argument that is one or raises :class:`core.ConfigurationError` naming
@@ -64,7 +65,7 @@ from core._checks import check_whole, is_whole, read_whole
 from core._errors import CoreDeprecationWarning
 from core.registry import is_interactive
 from core.toolkit._cluster import Launched, LauncherVariables, check_layout, cluster_info_from
-from core.toolkit._engines import OptionalEngine, require_accelerator
+from core.toolkit._engines import OptionalEngine, quieted, require_accelerator
 from core.toolkit._environment import ExportedVariables, find_free_port
 from core.toolkit._listeners import LISTEN_FD_VARIABLE, bind_listener, is_loopback, take_inherited_listener
 from core.toolkit._storage import (
@@ -155,6 +156,7 @@ __all__ = [
     "list_names",
     "local_path",
     "open_for_reading",
+    "quieted",
     "read_whole",
     "remove_path",
     "require_accelerator",

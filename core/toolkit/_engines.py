@@ -4,8 +4,10 @@ it cannot be used, one sentence saying why and the command that fixes it."""
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
 from packaging.version import InvalidVersion, Version
@@ -114,3 +116,23 @@ def require_accelerator(alias: str, distribution: str, reason: str | None) -> No
             f"accelerator='cpu', or accelerator='auto' to take the best one available; "
             f"python -m core.plugins --check shows what is usable."
         )
+
+
+@contextmanager
+def quieted(logger: str | logging.Logger, level: int = logging.ERROR) -> Iterator[None]:
+    """Raise a library's logger to ``level`` for the duration of the block, then restore its own level.
+
+    For messages an engine logs that are expected where a plugin calls it (torchao's warning for each CUDA kernel
+    library it cannot load on a CPU machine; DTensor's note that a two-dimensional gather redistributes twice), so
+    the user's log keeps what is news to them.
+
+    :param logger: The logger or its name (``"torchao"``).
+    :param level: The lowest level still shown inside the block.
+    """
+    target = logging.getLogger(logger) if isinstance(logger, str) else logger
+    previous = target.level
+    target.setLevel(level)
+    try:
+        yield
+    finally:
+        target.setLevel(previous)

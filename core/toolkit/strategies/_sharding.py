@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import atexit
 import gc
-import logging
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
@@ -31,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from core._errors import ConfigurationError
+from core.toolkit._engines import quieted
 from core.toolkit.tensors import apply_to_tensors
 
 if TYPE_CHECKING:
@@ -38,17 +37,7 @@ if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
 
 # full_tensor() of a parameter sharded on two mesh dimensions logs that it gathers twice: expected here.
-_REDISTRIBUTE_LOGGER = logging.getLogger("torch.distributed.tensor._redistribute")
-
-
-@contextmanager
-def _quiet_redistribution() -> Iterator[None]:
-    level = _REDISTRIBUTE_LOGGER.level
-    _REDISTRIBUTE_LOGGER.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        _REDISTRIBUTE_LOGGER.setLevel(level)
+_REDISTRIBUTE_LOGGER = "torch.distributed.tensor._redistribute"
 
 
 def _is_dtensor(value: Any) -> TypeGuard[DTensor]:
@@ -72,7 +61,7 @@ def whole_tensor(tensor: torch.Tensor) -> torch.Tensor:
     if local.device.type != device_type:
         tensor = DTensor.from_local(local.to(device_type), tensor.device_mesh, tensor.placements,
                                     shape=tensor.shape, stride=tensor.stride())
-    with _quiet_redistribution():
+    with quieted(_REDISTRIBUTE_LOGGER):
         return tensor.full_tensor().cpu()
 
 

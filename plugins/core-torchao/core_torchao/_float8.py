@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import logging
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import torch
 
 from core import ConfigurationError, CoreWarning, Supports, hookimpl
+from core.toolkit import quieted
 from core.toolkit.precisions import LinearFilter, floating_to
 
 if TYPE_CHECKING:
@@ -48,16 +48,6 @@ FLOAT8_SUPPORTS: Final = Supports(
 )
 
 
-@contextmanager
-def _quiet_torchao_import() -> Iterator[None]:
-    """torchao logs a warning for each CUDA kernel library it cannot load on a CPU machine: expected here."""
-    logger = logging.getLogger("torchao")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def hardware_float8(device: torch.device | None = None) -> str | None:
@@ -174,7 +164,7 @@ class Float8Precision:
 
     def config(self) -> Any:
         """The ``torchao.float8.Float8LinearConfig`` of this run (emulated or not, float8 all-gather or not)."""
-        with _quiet_torchao_import():
+        with quieted("torchao"):  # a warning per CUDA kernel library it cannot load on a CPU machine
             from torchao.float8 import Float8LinearConfig
 
         config = Float8LinearConfig.from_recipe_name(self.recipe)
@@ -190,7 +180,7 @@ class Float8Precision:
 
     @hookimpl
     def precision_convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        with _quiet_torchao_import():
+        with quieted("torchao"):
             from torchao.float8 import convert_to_float8_training
 
         chosen = set(self.layer_filter.chosen(module))
@@ -232,7 +222,7 @@ class Float8Precision:
 
     def _precompute_scales(self) -> None:
         """The float8 scales of every sharded weight for the next all-gather, in one all-reduce (torchao)."""
-        with _quiet_torchao_import():
+        with quieted("torchao"):
             from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
         for model in list(self._models):
