@@ -221,7 +221,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("inference_mode", "bool", True, "evaluate under `torch.inference_mode` rather than `no_grad`", "loop",
          _as_bool),
     Flag("fast_dev_run", "int | bool", False, "`True` (1) or `n`: `n` batches of each stage, once (`max_steps=n`, one "
-         "epoch, no sanity check), no loggers, no checkpoints", "loop", _fast_dev_run, barebones_conflict=True),
+         "epoch, no sanity check), the loggers replaced by a `DummyLogger` that records nothing, no checkpoints",
+         "loop", _fast_dev_run, barebones_conflict=True),
     Flag("max_time", "object", None, "stop training at a step boundary once this much time is used "
          "(`\"DD:HH:MM:SS\"`, a `timedelta` or a dict like `{\"hours\": 12}`); adds a `Timer`", "trainer"),
     Flag("overfit_batches", "int | float", 0.0, "int or fraction: train and validate on only the first such batches "

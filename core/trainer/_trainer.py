@@ -28,7 +28,7 @@ from core.callbacks.model_summary import ModelSummary
 from core.callbacks.progress import default_progress_bar
 from core.callbacks.timer import Timer
 from core.lite import Lite
-from core.loggers import CSVLogger, Logger
+from core.loggers import CSVLogger, DummyLogger, Logger
 from core.module import DataModule, Module
 from core.module._optimizers import SchedulerConfig
 from core.profilers import PassThroughProfiler, Profiler, profiler_from
@@ -139,7 +139,7 @@ class Trainer:
         enable_progress_bar = True if enable_progress_bar is None else enable_progress_bar
         enable_model_summary = True if enable_model_summary is None else enable_model_summary
         if self.config.fast_dev_run:  # Lightning's semantics (the loop flags are set in the config): nothing written
-            logger, enable_checkpointing = False, False
+            enable_checkpointing = False
             callbacks = [kept for kept in _callback_list(callbacks) if not isinstance(kept, ModelCheckpoint)]
         if max_time is not None and not any(isinstance(c, Timer) for c in _callback_list(callbacks)):
             callbacks = [*_callback_list(callbacks), Timer(duration=max_time, interval="step", verbose=True)]
@@ -147,6 +147,8 @@ class Trainer:
         self.active_profiler: Profiler | None = profiler_from(profiler)
         self.profiler: Profiler = self.active_profiler or PassThroughProfiler()
         self.loggers: list[Logger] = _as_loggers(logger, self.default_loggers)
+        if self.config.fast_dev_run and self.loggers:  # as Lightning: code that logs runs, nothing is recorded
+            self.loggers = [DummyLogger()]
         if enable_model_summary and not any(isinstance(c, ModelSummary) for c in _callback_list(callbacks)):
             callbacks = [*_callback_list(callbacks), ModelSummary()]
         self.callbacks: list[Callback] = self._arrange_callbacks(callbacks, enable_checkpointing, enable_progress_bar)
