@@ -641,7 +641,7 @@ def precision_sharded_parameter_dtype() -> torch.dtype | None:
     :return: A floating dtype (``torch.bfloat16`` for a precision that computes under bf16 autocast), or
         ``None`` for the parameters' own dtype.
 
-    Implemented by precisions whose computation dtype differs from the stored parameters'; optional. Read by
+    Implemented by precisions whose computation dtype differs from the stored parameters'; optional. Called by
     sharding strategies (fsdp) when they build their policy: gradients are then reduced in float32. A precision
     that implements nothing keeps the parameters' dtype (float32 for float32 weights), never silently another.
     Stops at first non-None result.

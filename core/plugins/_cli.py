@@ -171,7 +171,9 @@ def _check(catalog: Catalog, kind: str | None, as_json: bool, verbose: bool = Fa
 def _hooks_of(plugin: object) -> list[str]:
     return sorted(
         name for name in dir(type(plugin))
-        if (name.startswith(KINDS) or name == "core_attach") and callable(getattr(plugin, name, None))
+        # Read from the class without running anything: a property named like a kind (a strategy's `precision`)
+        # is no hook, and reading it on a plugin outside a run raises.
+        if (name.startswith(KINDS) or name == "core_attach") and callable(inspect.getattr_static(type(plugin), name))
     )
 
 
