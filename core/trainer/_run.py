@@ -404,10 +404,14 @@ def _convert_sync_batchnorm(lite: Lite, module: Module) -> None:
 def save_after_fit(lite: Lite, trainer: Trainer, module: Module, filepath: str, weights_only: bool) -> None:
     """``trainer.save_checkpoint`` after ``fit`` returned, in every process of a fresh launch with the same settings:
     the fitted module and optimizers are set up again (nothing trains) and saved as a checkpoint taken at the end
-    of the fit, so ``fit(ckpt_path=...)`` resumes from it. The optimizers set up are those ``configure_optimizers``
-    made (a strategy that replaced them during the fit, DeepSpeed, gives them back with their state at teardown)."""
-    optimizers = trainer.run_state.configured_optimizers or [
-        opt.optimizer if isinstance(opt, LiteOptimizer) else opt for opt in trainer.optimizers]
+    of the fit, so ``fit(ckpt_path=...)`` resumes from it. The optimizers set up are those the fit ended with, as its
+    strategy made them (FairScale's OSS holds its shard's state); where the strategy replaced one by an engine's own
+    that is no ``torch.optim.Optimizer`` (DeepSpeed's ZeRO optimizer), the one ``configure_optimizers`` made, which
+    such a strategy recognises and gives its ended state back to."""
+    ended = [opt.optimizer if isinstance(opt, LiteOptimizer) else opt for opt in trainer.optimizers]
+    configured = trainer.run_state.configured_optimizers or ended
+    optimizers = [now if isinstance(now, torch.optim.Optimizer) else made
+                  for now, made in zip(ended, configured, strict=True)]
     trainer.run_state.lite = lite
     module.trainer = trainer
     try:

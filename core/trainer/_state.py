@@ -87,8 +87,9 @@ class RunState:
     :param fit_precision_state: The precision plugin's state at the end of that ``fit`` (a loss scaler's scale),
         which ``save_checkpoint`` after it writes: its short run's precision plugin is a fresh one.
     :param configured_optimizers: The optimizers ``configure_optimizers`` returned in the latest run, as the Module
-        made them (not as a strategy set them up): ``save_checkpoint`` after ``fit`` sets these up again, and a
-        strategy that replaced them by its own (DeepSpeed's ZeRO optimizer) recognises them.
+        made them (not as a strategy set them up): ``save_checkpoint`` after ``fit`` sets one up again where the
+        strategy replaced it by an engine's own that is no ``torch.optim.Optimizer`` (DeepSpeed's ZeRO optimizer),
+        and that strategy recognises it.
     :param ckpt_path: The checkpoint the latest entry point loaded (resolved: ``"best"`` and ``"last"`` become
         the file), or ``None``.
     """
