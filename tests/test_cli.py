@@ -122,6 +122,57 @@ def test_class_paths_for_model_data_optimizer_and_lr_scheduler() -> None:
     assert cli.subcommand is None  # run=False: built, not run
 
 
+class Adam(torch.optim.Optimizer):
+    """Another package's optimizer named as torch's (bitsandbytes.optim.Adam is one): defining it makes the bare
+    name ``Adam`` match two imported subclasses of Optimizer, as importing bitsandbytes does."""
+
+    def __init__(self, params: Any, lr: float = 1e-3) -> None:
+        super().__init__(params, {"lr": lr})
+
+
+class StepLR(torch.optim.Optimizer):
+    """An optimizer sharing a name with a torch scheduler: no clash (a scheduler is searched among schedulers)."""
+
+    def __init__(self, params: Any, lr: float = 1e-3) -> None:
+        super().__init__(params, {"lr": lr})
+
+
+class Fancy(torch.optim.Optimizer):
+    def __init__(self, params: Any, lr: float = 1e-3) -> None:
+        super().__init__(params, {"lr": lr})
+
+
+def test_a_bare_optimizer_name_torch_shares_with_another_package_means_torchs(tmp_path: Path) -> None:
+    demos = "core.lightning.pytorch.demos.boring_classes"
+    base = ["--model", f"{demos}.BoringModel", "--data", f"{demos}.BoringDataModule"]
+    with pytest.warns(core.CoreWarning, match="configure_optimizers is replaced"):
+        cli = CoreCLI(args=[*base, "--optimizer", "Adam", "--lr_scheduler", "StepLR",
+                            "--lr_scheduler.step_size", "3"], run=False)
+    assert cli.config["optimizer"]["class_path"] == "torch.optim.Adam"
+    assert cli.config["lr_scheduler"]["class_path"] == "torch.optim.lr_scheduler.StepLR"
+    (tmp_path / "run.yaml").write_text("optimizer:\n  class_path: Adam\n  init_args: {lr: 0.2}\n")
+    with pytest.warns(core.CoreWarning, match="configure_optimizers is replaced"):
+        cli = CoreCLI(args=[*base, "--config", str(tmp_path / "run.yaml")], run=False)
+    optimizer = cli.model.configure_optimizers()
+    assert type(optimizer) is torch.optim.Adam and optimizer.defaults["lr"] == 0.2
+    # The other package's class by its class path.
+    with pytest.warns(core.CoreWarning, match="configure_optimizers is replaced"):
+        cli = CoreCLI(args=[*base, "--optimizer", f"{__name__}.Adam"], run=False)
+    optimizer = cli.model.configure_optimizers()
+    assert type(optimizer) is Adam
+
+
+def test_a_bare_name_two_packages_other_than_torch_share_stays_an_error_listing_both(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    other = type("Fancy", (torch.optim.Optimizer,), {"__init__": Fancy.__init__, "__module__": "elsewhere"})
+    demos = "core.lightning.pytorch.demos.boring_classes"
+    with pytest.raises(SystemExit):
+        CoreCLI(args=["--model", f"{demos}.BoringModel", "--optimizer", "Fancy"], run=False)
+    assert f"{__name__}.Fancy" in capsys.readouterr().err
+    del other
+
+
 def test_instantiate_module_builds_the_class_or_the_named_subclass() -> None:
     from core.cli import instantiate_module
 

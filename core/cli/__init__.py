@@ -13,12 +13,13 @@ so ``fit --config that/config.yaml`` repeats the run. It behaves as Lightning's 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial, update_wrapper
 from types import MethodType
 from typing import Any
@@ -158,6 +159,53 @@ class CoreArgumentParser(ArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> Any:
         """jsonargparse's error, with the close key named when a key is not expected."""
         return super().error(message + _suggestion(self, message), ex)
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:
+        with _torch_names_first():
+            return super().parse_args(*args, **kwargs)
+
+    def parse_object(self, *args: Any, **kwargs: Any) -> Any:
+        with _torch_names_first():
+            return super().parse_object(*args, **kwargs)
+
+    def parse_string(self, *args: Any, **kwargs: Any) -> Any:
+        with _torch_names_first():
+            return super().parse_string(*args, **kwargs)
+
+
+_AMBIGUOUS = re.compile(r"Multiple subclasses with name (\S+)\. .*?: (.*)\.$")
+
+
+@contextlib.contextmanager
+def _torch_names_first() -> Iterator[None]:
+    """A bare class name that several imported classes share means torch's, when exactly one of them is torch's.
+
+    jsonargparse resolves ``--optimizer Adam`` by searching every imported subclass of ``Optimizer`` by name, so
+    importing a package with an optimizer of the same name (``bitsandbytes.optim.Adam``) made ``Adam`` ambiguous
+    and the command line an error. ``Adam`` means ``torch.optim.Adam`` as in Lightning's documentation; another
+    package's class is still chosen by its class path. Other ambiguities stay jsonargparse's error, which lists the
+    class paths. (jsonargparse has no option for this: its resolver is replaced while this parser parses.)
+    """
+    from jsonargparse import _typehints
+
+    resolve = _typehints.resolve_class_path_by_name
+
+    def torch_first(cls: Any, name: str) -> str:
+        try:
+            return resolve(cls, name)
+        except ValueError as error:
+            found = _AMBIGUOUS.match(str(error))
+            torch_paths = [] if found is None else [
+                path for path in found.group(2).split(", ") if path.startswith("torch.")]
+            if len(torch_paths) != 1:
+                raise
+            return torch_paths[0]
+
+    _typehints.resolve_class_path_by_name = torch_first
+    try:
+        yield
+    finally:
+        _typehints.resolve_class_path_by_name = resolve
 
 
 def _all_keys(parser: ArgumentParser) -> list[str]:
