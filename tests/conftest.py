@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.util
 import os
 import runpy
 import sys
@@ -19,6 +20,27 @@ from pathlib import Path
 import pytest
 
 from core._records import ENTRY_POINT_GROUPS
+
+LAUNCH_VARIABLES = frozenset({
+    "LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE",
+    "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "CORE_DDP_JOB", "CORE_RUN_ERROR_FILE", "CORE_RUN_PARENT_PID",
+})
+"""What a launch sets in each rank: a job a test starts must not inherit them from a surrounding run."""
+
+
+NEEDS_DDP = pytest.mark.skipif(importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed")
+DDP_JOBS = [pytest.mark.slow, pytest.mark.distributed, NEEDS_DDP]
+"""The marks of a test file whose jobs start processes with core-ddp: ``pytestmark = DDP_JOBS``."""
+
+
+def job_environment(omp_threads: str | None = "1") -> dict[str, str]:
+    """The environment for a job a test starts: this process's, without :data:`LAUNCH_VARIABLES` (so the job
+    starts its own ranks), with ``OMP_NUM_THREADS`` set (one thread per process on this 2-core machine) unless
+    ``omp_threads`` is None."""
+    environment = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
+    if omp_threads is not None:
+        environment["OMP_NUM_THREADS"] = omp_threads
+    return environment
 
 
 class Installer:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +20,9 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import job_environment
 
 JOB = Path(__file__).parent / "memory_jobs" / "ac_job.py"
-_LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                     "LOCAL_WORLD_SIZE", "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "CORE_DDP_JOB"}
 NEEDS = {"ddp": "core_ddp", "fsdp": "core_fsdp", "fsdp_hybrid": "core_fsdp", "model_parallel": "core_model_parallel",
          "deepspeed": "deepspeed"}
 
@@ -34,8 +32,7 @@ pytestmark = [pytest.mark.distributed]
 def run(out: Path, strategy: str, parts: str) -> None:
     if importlib.util.find_spec(NEEDS[strategy.removesuffix("_full")]) is None:
         pytest.skip(f"{NEEDS[strategy.removesuffix('_full')]} is not installed")
-    environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
-    environment["OMP_NUM_THREADS"] = "1"
+    environment = job_environment()
     finished = subprocess.run([sys.executable, str(JOB), str(out), strategy, parts], capture_output=True, text=True,
                               timeout=400, env=environment, start_new_session=True)
     assert finished.returncode == 0, finished.stderr[-4000:]
@@ -86,8 +83,7 @@ def test_save_checkpoint_after_fit_in_one_gathered_file_resumes_bitwise(tmp_path
 def test_activation_checkpointing_under_the_pipeline_strategy(tmp_path: Path) -> None:
     if importlib.util.find_spec("core_pipeline") is None:
         pytest.skip("core-pipeline is not installed")
-    environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
-    environment["OMP_NUM_THREADS"] = "1"
+    environment = job_environment()
     job = JOB.parent / "pipeline_ac_job.py"
     finished = subprocess.run([sys.executable, str(job), str(tmp_path)], capture_output=True, text=True, timeout=400,
                               env=environment, start_new_session=True)

@@ -10,7 +10,6 @@ mode, so weights agree to float32 rounding (``atol=1e-5`` after 6 SGD steps), no
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed.tensor  # the fsdp runs' results hold plain tensors, but import it for their pickles
+from conftest import job_environment
 
 SCRIPT = Path(__file__).parent / "compile_jobs" / "compiled_train.py"
-_LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                     "LOCAL_WORLD_SIZE", "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "CORE_DDP_JOB"}
 ATOL = 1e-5
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -31,8 +29,7 @@ def run(out: Path, strategy: str) -> tuple[dict[str, object], dict[str, object]]
     """One job trains the eager model, then the compiled one; returns (eager, compiled) results."""
     for mode in ("eager", "compiled"):
         (out / mode).mkdir(parents=True)
-    environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
-    environment["OMP_NUM_THREADS"] = "1"
+    environment = job_environment()
     finished = subprocess.run([sys.executable, str(SCRIPT), str(out), strategy], capture_output=True,
                               text=True, timeout=600, env=environment)
     assert finished.returncode == 0, finished.stderr[-4000:]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,13 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed.tensor  # fsdp runs save DTensors in final.pt
+from conftest import job_environment
 
 from core.fault_tolerance import MARKER_NAME, CheckpointDirectory
 from core.toolkit import PREEMPTED_EXIT_CODE
 
 SCRIPT = Path(__file__).parent / "checkpoint_jobs" / "resumable_train.py"
-_LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                     "LOCAL_WORLD_SIZE", "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "CORE_DDP_JOB"}
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(600)]
 
@@ -28,8 +26,7 @@ def local(value: torch.Tensor) -> torch.Tensor:
 
 
 def run(out: Path, strategy: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
-    environment["OMP_NUM_THREADS"] = "1"
+    environment = job_environment()
     return subprocess.run([sys.executable, str(SCRIPT), str(out), "--strategy", strategy, *extra],
                           capture_output=True, text=True, timeout=300, env=environment)
 
@@ -77,8 +74,7 @@ TRAINER_SCRIPT = Path(__file__).parent / "checkpoint_jobs" / "trainer_preempt.py
 
 @pytest.mark.skipif(importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed")
 def test_the_trainer_stops_every_rank_at_one_saved_step_and_fit_resumes_bitwise(tmp_path: Path) -> None:
-    environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
-    environment["OMP_NUM_THREADS"] = "1"
+    environment = job_environment()
 
     def fit(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, str(TRAINER_SCRIPT), str(out), *extra], capture_output=True,

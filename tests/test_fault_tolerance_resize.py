@@ -7,9 +7,7 @@ and resumed on 1, and the other way round, with ``drop_last`` off and on.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -17,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import DDP_JOBS, job_environment
 from torch.utils.data import DistributedSampler
 
 SCRIPTS = Path(__file__).parent / "checkpoint_jobs"
@@ -24,14 +23,7 @@ sys.path.insert(0, str(SCRIPTS))
 
 from resize_samples import BATCH, SAMPLES, SEED, STOP_AFTER, Ids, name  # noqa: E402
 
-_LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                     "LOCAL_WORLD_SIZE", "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "CORE_DDP_JOB"}
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.distributed,
-    pytest.mark.skipif(importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed"),
-]
+pytestmark = DDP_JOBS
 
 SCENARIOS = [(api, worlds, drop_last) for api in ("lite", "trainer") for worlds in ((2, 1), (1, 2))
              for drop_last in (False, True)]
@@ -45,8 +37,7 @@ def scenario_id(api: str, worlds: tuple[int, int], drop_last: bool) -> str:
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The three phases, run once for the whole file: the output directory and every job's stderr."""
     out = tmp_path_factory.mktemp("resize")
-    environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
-    environment["OMP_NUM_THREADS"] = "1"
+    environment = job_environment()
     errors = []
     for phase in ("first", "middle", "last"):
         job = subprocess.run([sys.executable, str(SCRIPTS / "resize_samples.py"), str(out), phase],

@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import job_environment
 
 from core.fault_tolerance import MARKER_NAME, CheckpointDirectory
 from core.run import build_parser
 from core.toolkit import PREEMPTED_EXIT_CODE
 
 SCRIPT = Path(__file__).parent / "checkpoint_jobs" / "preemptible_train.py"
-_LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                     "LOCAL_WORLD_SIZE", "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "CORE_DDP_JOB"}
 # Which ranks had heard the notice when they compared notes depends on timing, even when both were signalled.
 STOPPED = re.compile(r"core: preempted by (\w+) \(received by global rank\(s\) \[[01, ]+\]\): every rank stopped "
                      r"after step (\d+) and saved a resumable checkpoint")
@@ -35,7 +34,7 @@ needs_ddp = pytest.mark.skipif(importlib.util.find_spec("core_ddp") is None, rea
 
 
 def environment() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
+    return job_environment(omp_threads=None)
 
 
 def core_run(*arguments: str | Path) -> list[str]:

@@ -5,7 +5,6 @@ works as the first. (A failing rank stopping the job is specified by core-ddp's 
 from __future__ import annotations
 
 import ast
-import os
 import re
 import subprocess
 import sys
@@ -13,13 +12,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import job_environment
 
 import core.toolkit.strategies
 from core.toolkit.strategies import ExternalLauncher, Launcher, MultiprocessingLauncher, ScriptLauncher, failing
 
 PACKAGE = Path(core.toolkit.strategies.__file__).parent
-LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR", "NODE_RANK", "GROUP_RANK",
-                    "LOCAL_WORLD_SIZE", "CORE_DDP_JOB", "CORE_RUN_ERROR_FILE", "CORE_RUN_PARENT_PID"}
 
 
 def test_no_module_of_the_package_rebinds_a_module_global() -> None:
@@ -116,7 +114,7 @@ if __name__ == "__main__":
 def test_two_launches_in_one_script_both_work_and_leave_the_original_excepthook(tmp_path: Path, strategy: str) -> None:
     script = tmp_path / "twice.py"
     script.write_text(textwrap.dedent(TWICE.replace("{strategy}", strategy)))
-    environment = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
+    environment = job_environment(omp_threads=None)
     finished = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
                               cwd=tmp_path, env={**environment, "OMP_NUM_THREADS": "1"})
     assert finished.returncode == 0, finished.stdout + finished.stderr

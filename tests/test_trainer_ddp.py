@@ -3,7 +3,6 @@ single-process loss over the whole validation set, although the sets do not spli
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,17 +13,14 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import DDP_JOBS
 
 SCRIPTS = Path(__file__).parent / "trainer_scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import ddp_validation  # noqa: E402
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.distributed,
-    pytest.mark.skipif(importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed"),
-]
+pytestmark = DDP_JOBS
 
 
 def run_script(strategy: str, output: Path) -> subprocess.CompletedProcess[str]:

@@ -9,9 +9,7 @@ twice.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -19,28 +17,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import DDP_JOBS, job_environment
 
 SCRIPTS = Path(__file__).parent / "checkpoint_jobs"
 sys.path.insert(0, str(SCRIPTS))
 
 from stopped_fit import BATCH, SAMPLES, SCENARIOS, STOP  # noqa: E402
 
-_LAUNCH_VARIABLES = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                     "LOCAL_WORLD_SIZE", "CORE_GLOBAL_SEED", "CORE_SEED_WORKERS", "CORE_DDP_JOB"}
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.distributed,
-    pytest.mark.skipif(importlib.util.find_spec("core_ddp") is None, reason="core-ddp is not installed"),
-]
+pytestmark = DDP_JOBS
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Both phases, run once for the file: stop, save and continue on 2 processes, then continue on 1."""
     directory = tmp_path_factory.mktemp("stopped")
-    environment = {key: value for key, value in os.environ.items() if key not in _LAUNCH_VARIABLES}
-    environment["OMP_NUM_THREADS"] = "1"
+    environment = job_environment()
     for phase in ("two", "one"):
         job = subprocess.run([sys.executable, str(SCRIPTS / "stopped_fit.py"), str(directory), phase],
                              capture_output=True, text=True, timeout=180, env=environment)
