@@ -69,7 +69,7 @@ unit: setup-all
 		$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS); \
 	else \
 		rm -f $(SERIAL_FILES).*; \
-		CORE_SERIAL_FILES=$(SERIAL_FILES) $(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile \
+		CORE_SERIAL_FILES=$(SERIAL_FILES) $(PY) -m pytest -q --durations=60 -n $(PYTEST_WORKERS) --dist loadfile \
 			--no-loadscope-reorder -m "not serial" $(PYTEST_ARGS) || [ $$? = 5 ]; \
 		serial_files=$$(cat $(SERIAL_FILES).* 2>/dev/null | sort -u || true); \
 		$(PY) -m pytest -q --durations=5 -m serial $(PYTEST_ARGS) $$serial_files || [ $$? = 5 ]; \
