@@ -19,7 +19,7 @@ import torch
 import core
 from core import hookimpl
 from core.testing import PrecisionConformance
-from core.toolkit.precisions import LinearFilter, layers_of_type, swap_linear_layers
+from core.toolkit.precisions import LinearFilter, alias_factory, layers_of_type, swap_linear_layers
 
 
 class ScaledLinear(torch.nn.Module):
@@ -173,3 +173,21 @@ def test_an_empty_init_model_is_handed_back_once_the_strategy_gave_it_values() -
                           env=environment)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "empty: True materialized: 1" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+class Moded:
+    kind = "precision"
+
+    def __init__(self, mode: str, *, scale: float = 1.0) -> None:
+        self.name, self.scale = mode, scale
+
+
+def test_alias_factory_makes_the_alias_plugin_with_the_users_options_and_is_named_after_the_alias() -> None:
+    made = alias_factory(Moded, "int4-scaled", "The int4-scaled precision.")
+    assert (made.__name__, made.__qualname__, made.__doc__) == ("int4_scaled", "int4_scaled",
+                                                                  "The int4-scaled precision.")
+    plugin = made(scale=0.5)
+    assert isinstance(plugin, Moded) and (plugin.name, plugin.scale) == ("int4-scaled", 0.5)
+    assert made().scale == 1.0
+    with pytest.raises(TypeError, match="unexpected keyword argument 'shift'"):
+        made(shift=1)

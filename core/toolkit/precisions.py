@@ -29,9 +29,10 @@ import torch
 from core._checks import check_whole
 from core._errors import ConfigurationError
 
-__all__ = ["LinearFilter", "default_dtype", "floating_to", "layers_of_type", "swap_linear_layers"]
+__all__ = ["LinearFilter", "alias_factory", "default_dtype", "floating_to", "layers_of_type", "swap_linear_layers"]
 
 _Layer = TypeVar("_Layer", bound=torch.nn.Module)
+_Plugin = TypeVar("_Plugin")
 
 
 def _check_patterns(instance: LinearFilter, attribute: attrs.Attribute[tuple[str, ...]], value: object) -> None:
@@ -123,6 +124,23 @@ def layers_of_type(model: torch.nn.Module, layer_type: type[_Layer]) -> Iterator
     for name, layer in model.named_modules():
         if isinstance(layer, layer_type):
             yield name, layer
+
+
+def alias_factory(plugin_class: Callable[..., _Plugin], alias: str, doc: str) -> Callable[..., _Plugin]:
+    """The entry point's factory for one alias of a precision class that takes its mode first.
+
+    ``nf4 = alias_factory(BitsandbytesPrecision, "nf4", "...")`` makes ``nf4(**options)``, which returns
+    ``BitsandbytesPrecision("nf4", **options)``: the entry point ``"nf4" = "core_bitsandbytes:nf4"`` names it, and
+    a user passes it options (``precision=nf4(exclude=("lm_head",))``). It is named after the alias (``-`` as
+    ``_``: ``fp8_rowwise``), as listings and errors show it, and ``doc`` is its docstring.
+    """
+
+    def make(**options: Any) -> _Plugin:
+        return plugin_class(alias, **options)
+
+    make.__name__ = make.__qualname__ = alias.replace("-", "_")
+    make.__doc__ = doc
+    return make
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
@@ -107,10 +107,6 @@ class MixedPrecision:
         return module
 
     @hookimpl
-    def precision_tensor_init_context(self) -> AbstractContextManager[None]:
-        return nullcontext()
-
-    @hookimpl
     def precision_autocast(self) -> AbstractContextManager[Any]:
         device_type = self.device_type
         if device_type not in self._checked_device_types:
@@ -118,10 +114,6 @@ class MixedPrecision:
             self._checked_device_types.add(device_type)
             return context
         return torch.autocast(device_type=device_type, dtype=self.dtype)
-
-    @hookimpl
-    def precision_convert_input(self, data: Any) -> Any:
-        return data
 
     @hookimpl
     def precision_convert_output(self, data: Any) -> Any:

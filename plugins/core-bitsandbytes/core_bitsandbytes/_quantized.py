@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import torch
 
 from core import ConfigurationError, Supports, hookimpl
-from core.toolkit.precisions import default_dtype, floating_to
+from core.toolkit.precisions import alias_factory, default_dtype, floating_to
 
 if TYPE_CHECKING:
     from core import ActiveSet
@@ -261,12 +261,8 @@ def _parent(module: torch.nn.Module, name: str) -> torch.nn.Module:
 
 
 def _factory(mode: str) -> Callable[..., BitsandbytesPrecision]:
-    def make(**options: Any) -> BitsandbytesPrecision:
-        return BitsandbytesPrecision(mode, **options)
-
-    make.__name__ = make.__qualname__ = mode.replace("-", "_")
-    make.__doc__ = f"The ``{mode}`` precision (bitsandbytes); options of :class:`BitsandbytesPrecision`."
-    return make
+    return alias_factory(BitsandbytesPrecision, mode,
+                         f"The ``{mode}`` precision (bitsandbytes); options of :class:`BitsandbytesPrecision`.")
 
 
 nf4: Final = _factory("nf4")

@@ -26,7 +26,7 @@ import torch
 
 from core import ConfigurationError, CoreWarning, Supports, hookimpl
 from core.toolkit import quieted
-from core.toolkit.precisions import LinearFilter, floating_to
+from core.toolkit.precisions import LinearFilter, alias_factory, floating_to
 
 if TYPE_CHECKING:
     from core import ActiveSet
@@ -192,18 +192,10 @@ class Float8Precision:
         return module
 
     @hookimpl
-    def precision_tensor_init_context(self) -> AbstractContextManager[None]:
-        return nullcontext()
-
-    @hookimpl
     def precision_autocast(self) -> AbstractContextManager[Any]:
         if self.autocast_dtype == torch.float32:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
-
-    @hookimpl
-    def precision_convert_input(self, data: Any) -> Any:
-        return data
 
     @hookimpl
     def precision_convert_output(self, data: Any) -> Any:
@@ -271,12 +263,8 @@ def _plain(value: Any) -> Any:
 
 
 def _factory(name: str) -> Callable[..., Float8Precision]:
-    def make(**options: Any) -> Float8Precision:
-        return Float8Precision(name, **options)
-
-    make.__name__ = make.__qualname__ = name.replace("-", "_")
-    make.__doc__ = f"The ``{name}`` precision: torchao's ``{RECIPES[name]}`` float8 recipe; options of Float8Precision."
-    return make
+    return alias_factory(Float8Precision, name, f"The ``{name}`` precision: torchao's ``{RECIPES[name]}`` float8 "
+                                                "recipe; options of Float8Precision.")
 
 
 fp8: Final = _factory("fp8")
