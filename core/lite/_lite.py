@@ -250,6 +250,16 @@ class Lite:
     Two styles, one path: call :meth:`launch` with a function taking the ``Lite`` first, or subclass,
     override :meth:`run` and call it; either way the strategy starts the processes and every process runs
     the function between its setup and its teardown.
+
+    The settings are resolved here (see :func:`core.resolve`), so a bad value fails at construction with the
+    resolver's message ("Unknown strategy 'dpp'. Did you mean 'dp'?"). ``gpus=`` or ``tpu_cores=`` together
+    with ``devices=``, or with a different ``accelerator=``, is a :class:`core.ConfigurationError`; alone they
+    are accepted with a :class:`core.CoreDeprecationWarning`.
+
+    Methods that need a launched run (inside the launched function or :meth:`run`, or after ``launch()``)
+    raise :class:`core.CoreError` naming what to call first when called earlier. A ``Lite`` runs once: after
+    :meth:`launch` returns, they raise ("was called after the run ended"); create a new ``Lite`` for another
+    run.
     """
 
     def __init__(
@@ -410,7 +420,11 @@ class Lite:
         return self._phase == _RUNNING
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        """Override in a subclass with your training code; calling it launches the run."""
+        """Override in a subclass with your training code; calling it launches the run.
+
+        Calling it launches the run with the original ``run`` as the function; an override that calls
+        ``super().run(...)`` runs the parent's code inside the same run.
+        """
         raise CoreError(
             "Lite.run() is not defined: subclass Lite and override run(self, ...), or call lite.launch(function)."
         )
@@ -444,28 +458,37 @@ class Lite:
 
     @property
     def device(self) -> torch.device:
-        """The device this process computes on."""
+        """The ``torch.device`` this process computes on; known once the run is launched."""
         self._require_running("device")
         return cast(torch.device, self._active.device)  # set by _connect before the phase becomes running
 
     @property
     def world_size(self) -> int:
+        """The number of processes in the run.
+
+        The rank properties ask the environment, so they are known before :meth:`launch` too (in a process
+        that a launcher started, they are that process's ranks).
+        """
         return self.active.cluster.world_size
 
     @property
     def global_rank(self) -> int:
+        """This process's rank among all processes."""
         return self.active.cluster.global_rank
 
     @property
     def local_rank(self) -> int:
+        """This process's rank on its node."""
         return self.active.cluster.local_rank
 
     @property
     def node_rank(self) -> int:
+        """The rank of this process's node."""
         return self.active.cluster.node_rank
 
     @property
     def is_global_zero(self) -> bool:
+        """``global_rank == 0``."""
         return self.active.cluster.global_rank == 0
 
     # ---------------------------------------------------------------------------------------------
@@ -514,7 +537,17 @@ class Lite:
         return (lite_module, *(wrap_optimizer(optimizer, hooks.strategy_optimizer_step) for optimizer in prepared))
 
     def setup_module(self, module: torch.nn.Module, move_to_device: bool = True) -> LiteModule:
-        """Convert a module to the precision, move it to the device and let the strategy wrap it."""
+        """Convert a module to the precision, move it to the device and let the strategy wrap it.
+
+        In hooks: ``precision_convert_module``, then ``module.to(lite.device)`` (unless
+        ``move_to_device=False``), then ``strategy_setup_module``. The returned ``LiteModule`` is an
+        ``nn.Module`` whose forward converts the inputs to the precision (``precision_convert_input``), runs the
+        strategy's module under ``precision_autocast()`` and converts the output back
+        (``precision_convert_output``). Its ``state_dict()`` / ``load_state_dict()`` are the original module's,
+        with its own keys (no ``_forward_module.`` or ``module.`` prefix), so checkpoints load with and without
+        ``Lite``. Attributes the wrapper does not have are read from and written to the original module;
+        ``.module`` is the original module. A module is set up once.
+        """
         compiled = _compiled(module)
         converted = self._convert_module(module if compiled is None else compiled, move_to_device)
         empty = _on_meta_device(converted)
@@ -589,7 +622,20 @@ class Lite:
     ) -> tuple[LiteOptimizer, ...]: ...
 
     def setup_optimizers(self, *optimizers: torch.optim.Optimizer) -> LiteOptimizer | tuple[LiteOptimizer, ...]:
-        """Let the strategy set up each optimizer; returns one optimizer, or a tuple of several."""
+        """Let the strategy set up each optimizer; returns one optimizer, or a tuple of several.
+
+        Each goes through ``strategy_setup_optimizer``. A ``LiteOptimizer`` is an instance of the optimizer's
+        own class (``isinstance(optimizer, torch.optim.Adam)`` holds, learning-rate schedulers accept it);
+        ``step(closure=None)`` goes through ``strategy_optimizer_step`` (by default the precision's
+        ``precision_optimizer_step``, by default ``optimizer.step()``); ``zero_grad``, ``param_groups``,
+        ``state_dict``, ``load_state_dict`` and every other attribute are the wrapped optimizer's.
+        ``.optimizer`` is the optimizer the strategy returned.
+
+        Optimizers may be created from the module's parameters before or after :meth:`setup_module`: the
+        ``-true`` and mixed precisions convert parameters in place, and where a precision replaces them (float8,
+        4-bit layers) ``Lite`` points every optimizer passed to :meth:`setup` or ``setup_optimizers`` at the
+        replacements, as it does after a sharding strategy (an optimizer that already stepped is refused).
+        """
         wrapped = tuple(self._setup_optimizer(optimizer) for optimizer in optimizers)
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
@@ -629,6 +675,25 @@ class Lite:
     ) -> LiteDataLoader | list[LiteDataLoader]:
         """Split each DataLoader across processes where the strategy asks for it and move its batches.
 
+        When the strategy returns sampler arguments (``strategy_distributed_sampler_kwargs``, for example
+        ``{"num_replicas": 2, "rank": 1}``), the loader is rebuilt with a ``DistributedSampler`` (``shuffle``
+        from whether it had a ``RandomSampler``, its ``drop_last``, the global seed) and every other argument
+        kept (batch size, workers, ``collate_fn``, ``pin_memory``, ``worker_init_fn``, ``generator``,
+        ``timeout``, ``prefetch_factor``, ``persistent_workers``, ...). Each new iteration calls
+        ``sampler.set_epoch(n)`` on any sampler that has it, so every epoch is shuffled anew. With
+        ``move_to_device``, every batch (tensors inside tuples, lists, dicts, named tuples) arrives on
+        :attr:`device`.
+
+        Loaders over an ``IterableDataset`` and loaders already using a ``DistributedSampler`` are kept as they
+        are. A custom sampler with a length (``SubsetRandomSampler``, ``WeightedRandomSampler``, your own) is
+        kept and split as Fabric splits it: each epoch its indices are drawn once on every process and each
+        process takes every ``world_size``-th of them from its rank on, so every process must draw the same
+        order (seed the program before building the sampler, or give it a generator seeded alike). A custom
+        batch sampler, a sampler without a length, or a ``DataLoader`` subclass cannot be rebuilt safely and
+        raises :class:`core.ConfigurationError`; pass ``use_distributed_sampler=False`` and split the data
+        yourself. After ``seed_everything(..., workers=True)``, loaders with workers and no ``worker_init_fn``
+        get one that seeds each worker from the seed, the worker id and the global rank.
+
         :param use_distributed_sampler: Replace the sampler with a ``DistributedSampler`` when the strategy
             returns sampler arguments, keeping ``shuffle`` and ``drop_last``.
         :param move_to_device: Move every batch to :attr:`device`.
@@ -666,8 +731,18 @@ class Lite:
     def backward(self, tensor: torch.Tensor, *args: Any, model: torch.nn.Module | None = None, **kwargs: Any) -> None:
         """Replace ``loss.backward()``: the strategy and precision run it (scaling, engines).
 
-        :param model: The set-up module the loss came from; needed only when several are set up and the
-            strategy cares (DeepSpeed).
+        ``strategy_backward`` runs it (by default ``precision_backward``, by default ``tensor.backward()``).
+        Arguments for ``tensor.backward`` (``retain_graph=``) are refused with a
+        :class:`core.ConfigurationError`: the hook contract does not carry them.
+
+        On several processes, a backward with no forward of a set-up module since the previous backward is
+        refused with a :class:`core.CoreError`: the loss came from a module :meth:`setup` never saw (or from
+        its ``.module``), so no strategy would synchronise its gradients and the processes' weights would drift
+        apart. A frozen module beside the set-up one (a teacher, a target network) is fine: what counts is that
+        a set-up module ran. On one process any loss is allowed, as in Fabric.
+
+        :param model: The set-up module the loss came from; without it, the one set-up module when there is
+            exactly one. Needed only when several are set up and the strategy cares (DeepSpeed).
         """
         if self._phase != _RUNNING:
             self._require_running("backward")
@@ -706,6 +781,11 @@ class Lite:
     ) -> torch.Tensor | None:
         """Clip the gradients of ``module`` by value or by norm, after the precision unscaled them.
 
+        ``precision_unscale_gradients(optimizer)`` runs first (a scaled loss has scaled gradients), then
+        ``torch.nn.utils.clip_grad_norm_`` (with ``max_norm``) or ``clip_grad_value_`` (with ``clip_val``) over
+        the module's parameters. Exactly one of the two limits must be given. There is no strategy hook for
+        clipping yet, which a sharding strategy would need.
+
         :return: The total norm before clipping when clipping by norm, ``None`` when clipping by value.
         """
         self._require_running("clip_gradients")
@@ -725,13 +805,19 @@ class Lite:
         return None
 
     def autocast(self) -> AbstractContextManager[None]:
-        """The precision's context for code outside a set-up module's forward (a loss on raw tensors)."""
+        """The precision's context for code outside a set-up module's forward (a loss on raw tensors).
+
+        It is ``precision_autocast``: for example a loss computed on raw tensors under ``16-mixed``.
+        """
         self._require_running("autocast")
         context: AbstractContextManager[None] = self._hooks.precision_autocast()
         return context
 
     def to_device(self, obj: T) -> T:
-        """Move a module, a tensor or a nested collection of tensors to :attr:`device`."""
+        """Move a module, a tensor or a nested collection of tensors to :attr:`device`.
+
+        A module is moved in place and returned.
+        """
         self._require_running("to_device")
         if isinstance(obj, torch.nn.Module):
             return obj.to(self.device)
@@ -739,6 +825,9 @@ class Lite:
 
     def no_backward_sync(self, module: torch.nn.Module, enabled: bool = True) -> AbstractContextManager[Any]:
         """A context in which ``backward`` accumulates gradients locally (skip the all-reduce while accumulating).
+
+        It is ``strategy_block_backward_sync`` (DDP's ``no_sync()``), for gradient accumulation. ``module``
+        must be one returned by :meth:`setup`.
 
         :param enabled: ``False`` gives a null context, for ``no_backward_sync(model, enabled=not last)``.
         """
@@ -758,8 +847,13 @@ class Lite:
     def init_module(self, empty_init: bool | None = None) -> Generator[None, None, None]:
         """A context in which new modules are created on the device, in the precision's dtype.
 
-        :param empty_init: Skip initialising parameters (they will be loaded): on one device and under ddp
-            ``torch.nn.init`` does nothing (Lightning's ``_EmptyInit``); sharding strategies use the meta device.
+        The device comes from ``strategy_module_init_context``, the default dtype from
+        ``precision_tensor_init_context``: ``with lite.init_module(): model = Net()``.
+
+        :param empty_init: Skip initialising parameters (they will be loaded), as Lightning's Fabric does: on
+            one device and under ddp ``torch.nn.init`` does nothing inside the block (uninitialised memory, no
+            random number drawn); a sharding strategy (fsdp, deepspeed ZeRO-3) creates the module on the meta
+            device and allocates each rank's shard at :meth:`setup`.
         """
         self._require_running("init_module")
         with ExitStack() as stack:
@@ -789,6 +883,9 @@ class Lite:
     def all_reduce(self, data: Any, group: Any | None = None, reduce_op: str = "mean") -> Any:
         """Reduce a tensor, a number or every tensor of a collection across processes.
 
+        Each tensor goes through ``strategy_reduce``. Numbers become tensors on the device first; other values
+        pass through.
+
         :param reduce_op: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
         :return: The same structure, reduced; numbers come back as tensors.
         """
@@ -804,6 +901,10 @@ class Lite:
     def all_gather(self, data: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
         """Gather a tensor, a number or every tensor of a collection from every process.
 
+        Each tensor goes through ``strategy_all_gather``.
+
+        :param sync_grads: Let gradients flow back through the gathered tensors.
+
         :return: The same structure with each tensor of shape ``(world_size, *shape)``.
         """
         self._require_running("all_gather")
@@ -816,13 +917,13 @@ class Lite:
         return apply_to_tensors(self._as_tensors(data), one)
 
     def broadcast(self, obj: T, src: int = 0) -> T:
-        """Send a picklable object from global rank ``src`` to every process and return it."""
+        """Send a picklable object from global rank ``src`` to every process and return it (``strategy_broadcast``)."""
         self._require_running("broadcast")
         result: T = self._hooks.strategy_broadcast(obj=obj, src=src)
         return result
 
     def barrier(self, name: str | None = None) -> None:
-        """Wait until every process gets here."""
+        """Wait until every process gets here (``strategy_barrier``)."""
         self._require_running("barrier")
         self._hooks.strategy_barrier(name=name)
 
@@ -847,8 +948,16 @@ class Lite:
     def save(self, path: str | os.PathLike[str], state: Mapping[str, Any], filter: Filter | None = None) -> None:
         """Save modules, optimizers (their state dicts) and plain values; the strategy picks the writing ranks.
 
+        ``state`` maps names to modules, optimizers, anything with ``state_dict`` / ``load_state_dict``
+        (schedulers), and plain values. Stateful objects are replaced by their ``state_dict()`` (a set-up module
+        by its original module's), a precision with state (a gradient scaler) adds it under ``"core/precision"``,
+        and ``strategy_save_checkpoint(path=, state=)`` decides which ranks write (``single_device`` and
+        ``ddp``: global rank 0 writes through the checkpoint_io, then every rank waits). The built-in ``torch``
+        checkpoint_io writes atomically: a temporary file in the same directory, fsynced, renamed over the
+        target, so a process killed mid-save leaves the previous checkpoint intact.
+
         :param filter: For some keys of ``state``, a function ``(name, value) -> bool`` choosing which
-            entries of that object's state dict to keep.
+            entries of that object's state dict to keep: ``filter={"model": lambda name, value: ...}``.
         """
         self._require_running("save")
         where = os.fspath(path)
@@ -867,9 +976,16 @@ class Lite:
     ) -> dict[str, Any]:
         """Load a checkpoint written by :meth:`save`.
 
+        ``strategy_load_checkpoint(path=, weights_only=)`` reads the file (onto the CPU). With ``state``,
+        modules, optimizers and other stateful objects in it are restored in place and plain values in
+        ``state`` are replaced by the saved ones. A file refused under ``weights_only=True`` raises a
+        :class:`core.CheckpointError` that says nothing from the file was executed: a checkpoint crafted to
+        run code when unpickled runs nothing.
+
         :param state: Objects to restore in place (modules, optimizers) and plain values to replace; ``None``
             returns the whole checkpoint untouched.
-        :param strict: Every key of ``state`` must be in the checkpoint, and module keys must match.
+        :param strict: Every key of ``state`` must be in the checkpoint (a :class:`core.CheckpointError` lists
+            the missing ones), and module keys must match.
         :param weights_only: Refuse a file holding anything but tensors and plain containers, running nothing
             from it. ``False`` unpickles arbitrary objects: only for files you trust.
         :return: The entries of the checkpoint that ``state`` did not ask for.
@@ -913,7 +1029,9 @@ class Lite:
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Delete a checkpoint written by :meth:`save` (a file, a directory of shards, a URL) via the checkpoint_io.
 
-        Global rank 0 deletes; the other ranks return at once. A path that does not exist is not an error.
+        It goes through ``checkpoint_io_remove(path=)``, so it deletes whatever the checkpoint_io wrote. Global
+        rank 0 deletes; the other ranks return at once. A path that does not exist is not an error. The Trainer
+        rotates its checkpoints with it.
         """
         self._require_running("remove_checkpoint")
         if self.is_global_zero:
@@ -927,7 +1045,14 @@ class Lite:
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
         """Seed ``random``, ``numpy`` and ``torch``; see :func:`core.seed_everything`.
 
-        :param workers: Seed DataLoader workers too; ``None`` means ``True`` here (as in Lightning Fabric).
+        A static method: ``Lite.seed_everything(42)`` works without an instance. It returns the seed and exports
+        it as ``CORE_GLOBAL_SEED``, so that spawned processes and distributed samplers use it; ``seed=None``
+        takes ``CORE_GLOBAL_SEED`` from the environment, or 0 with a warning. The seed must be in
+        ``0..2**32 - 1``.
+
+        :param workers: Seed DataLoader workers too (loaders set up afterwards seed each worker from the seed,
+            its id and the global rank); ``None`` means ``True`` here, as in Lightning Fabric, while the function
+            :func:`core.seed_everything` has Lightning's default, ``workers=False``.
         """
         return _seed_everything(seed, workers=True if workers is None else workers, verbose=verbose)
 
@@ -945,12 +1070,12 @@ class Lite:
 
     @property
     def accelerator(self) -> object:
-        """The accelerator plugin object of this run."""
+        """The accelerator plugin object of this run (``lite.active.accelerator``)."""
         return self.active.accelerator
 
     @property
     def strategy(self) -> object:
-        """The strategy plugin object of this run."""
+        """The strategy plugin object of this run (``lite.active.strategy``)."""
         return self.active.strategy
 
     @property
@@ -965,10 +1090,12 @@ class Lite:
 
     @property
     def callbacks(self) -> list[Any]:
+        """The objects given as ``callbacks=``, in order."""
         return list(self._callbacks)
 
     @property
     def loggers(self) -> list[Any]:
+        """The :class:`core.loggers.Logger` objects given as ``loggers=``."""
         return list(self._loggers)
 
     @property
@@ -1010,6 +1137,9 @@ class Lite:
                  strict: bool = True, *, weights_only: bool | None = None) -> None:
         """Load a plain ``state_dict`` file (``torch.save(model.state_dict(), path)``) into ``obj``.
 
+        For a file that is not a :meth:`save` checkpoint; ``obj`` is a set-up module or optimizer, and keys and
+        shapes are checked first, as for :meth:`load`.
+
         :param weights_only: ``None`` or ``True`` (the default): refuse a file holding anything but tensors and plain
             containers; ``False`` unpickles anything (only for a file from a trusted source), as in :meth:`load`.
         """
@@ -1023,7 +1153,7 @@ class Lite:
 
     @contextmanager
     def init_tensor(self) -> Generator[None, None, None]:
-        """A context in which new tensors are created on the device, in the precision's dtype."""
+        """A context in which new tensors are created on this process's device, in the precision's dtype."""
         self._require_running("init_tensor")
         with self.active.device or torch.device("cpu"), self._hooks.precision_tensor_init_context():
             yield
