@@ -9,6 +9,9 @@ Every hook of a kind is ``firstresult``: the active object of that kind answers 
 (entry-point group ``core.extensions``) wrap hooks of any kind with ``@core.hookimpl(wrapper=True)``.
 An implementation may accept any subset of a hook's parameters, by name.
 
+Traits
+------
+
 Besides the hooks, a plugin object declares *traits*: plain attributes that the resolver, the CLI and the
 conformance kit read through :func:`core.traits_of` (the one place that reads them; the typed record is
 :class:`core.PluginTraits` and the table :data:`core.TRAITS`). Every trait except ``kind`` is optional.
@@ -16,49 +19,41 @@ A misspelt trait (``priorty = 5``), a trait of another kind (``max_processes`` o
 value of the wrong type is a :class:`core.BrokenPluginError` when the plugin registers, naming the plugin,
 the attribute and the valid names; it never silently falls back to the default.
 
-``kind``
-    All kinds. One of ``accelerator``, ``strategy``, ``precision``, ``environment``, ``checkpoint_io``,
-    ``extension``; required for a plugin object passed in code.
-``name``
-    All kinds. Canonical alias, used in messages and compatibility rules (``"cuda"`` for the ``gpu`` alias
-    too). Default: the alias it was selected by.
-``supports``
-    All kinds. A :class:`core.Supports` record: which aliases of the other kinds it works with. Default:
-    any combination.
-``contract_version``
-    All kinds. The :data:`CONTRACT_VERSION` the plugin was written for (an int >= 1);
-    ``python -m core.plugins --check`` reports a plugin written for a newer contract than the core's.
-``unavailable_reason``
-    All kinds. ``None``, a string, or a method returning one: why the plugin cannot run on this machine
-    (a missing library, no device). Shown by ``--check`` and in errors.
-``limitation``
-    All kinds. ``None``, a string, or a method returning one: what the plugin lacks on this machine although
-    it runs (float8 emulated where no GPU computes it). Shown by ``--check`` beside ``usable``.
-``priority``
-    Accelerators and environments (an int, default 0): the order in which ``auto`` asks candidates,
-    highest first.
-``auto_strategies``
-    Accelerators: the strategies ``strategy="auto"`` picks on them, a mapping with keys among ``"single"``,
-    ``"multi"`` and ``"interactive"`` (defaults ``single_device``, ``ddp``, ``ddp_notebook``).
-``max_processes``
-    Strategies: the most processes it can run (``1`` for ``single_device``; ``None``, the default, for no
-    limit).
-``default_checkpoint_io``
-    Strategies: the checkpoint_io alias used when the user names none (default ``"torch"``).
-``process_per_device``
-    Strategies (a bool, default ``True``): whether it runs one process per device; ``dp`` drives all
-    devices from one process and says ``False``.
-``writes_shards``
-    Checkpoint_io (a bool, default ``False``): ``True`` when every rank may call ``checkpoint_io_save``
-    with its shards of one state (``distributed``); sharding strategies require it for sharded checkpoints.
+- ``kind``: All kinds. One of ``accelerator``, ``strategy``, ``precision``, ``environment``, ``checkpoint_io``,
+  ``extension``; required for a plugin object passed in code.
+- ``name``: All kinds. Canonical alias, used in messages and compatibility rules (``"cuda"`` for the ``gpu``
+  alias too). Default: the alias it was selected by.
+- ``supports``: All kinds. A :class:`core.Supports` record: which aliases of the other kinds it works with.
+  Default: any combination.
+- ``contract_version``: All kinds. The :data:`CONTRACT_VERSION` the plugin was written for (an int >= 1);
+  ``python -m core.plugins --check`` reports a plugin written for a newer contract than the core's.
+- ``unavailable_reason``: All kinds. ``None``, a string, or a method returning one: why the plugin cannot run on
+  this machine (a missing library, no device). Shown by ``--check`` and in errors.
+- ``limitation``: All kinds. ``None``, a string, or a method returning one: what the plugin lacks on this
+  machine although it runs (float8 emulated where no GPU computes it). Shown by ``--check`` beside ``usable``.
+- ``priority``: Accelerators and environments (an int, default 0): the order in which ``auto`` asks candidates,
+  highest first.
+- ``auto_strategies``: Accelerators: the strategies ``strategy="auto"`` picks on them, a mapping with keys among
+  ``"single"``, ``"multi"`` and ``"interactive"`` (defaults ``single_device``, ``ddp``, ``ddp_notebook``).
+- ``max_processes``: Strategies: the most processes it can run (``1`` for ``single_device``; ``None``, the
+  default, for no limit).
+- ``default_checkpoint_io``: Strategies: the checkpoint_io alias used when the user names none (default
+  ``"torch"``).
+- ``process_per_device``: Strategies (a bool, default ``True``): whether it runs one process per device; ``dp``
+  drives all devices from one process and says ``False``.
+- ``writes_shards``: Checkpoint_io (a bool, default ``False``): ``True`` when every rank may call
+  ``checkpoint_io_save`` with its shards of one state (``distributed``); sharding strategies require it for
+  sharded checkpoints.
 
 One attribute is read during a run rather than at registration, and its name is reserved like a trait's:
 
-``pending``
-    Checkpoint_io with background writes: how many writes are in flight (``async``); resumable checkpoints
-    write their completeness marker once it is 0.
+- ``pending``: Checkpoint_io with background writes: how many writes are in flight (``async``); resumable
+  checkpoints write their completeness marker once it is 0.
 
-How the contract evolves (the compatibility policy):
+How the contract evolves
+------------------------
+
+The compatibility policy, for plugin authors:
 
 - The contract has a version, :data:`CONTRACT_VERSION`, a whole number raised with every release of core
   that adds or deprecates a hook. It grows by adding hooks; a hook never changes meaning. A hook may gain

@@ -161,7 +161,7 @@ def test_every_first_party_plugin_declares_valid_traits() -> None:
 
 
 def test_hookspecs_documents_exactly_the_traits_and_runtime_attributes() -> None:
-    documented = re.findall(r"^``(\w+)``$", hookspecs.__doc__ or "", flags=re.MULTILINE)
+    documented = re.findall(r"^- ``(\w+)``: ", hookspecs.__doc__ or "", flags=re.MULTILINE)
     from core._traits import RUNTIME_ATTRIBUTES
 
     assert documented == [*core.TRAITS, *RUNTIME_ATTRIBUTES]
