@@ -54,7 +54,9 @@ def render() -> str:
             flags = ["firstresult" if getattr(function, f"{PROJECT_NAME}_spec")["firstresult"] else "all run"]
             flags.append("required" if name in required else "optional")
             text = to_markdown(inspect.getdoc(function) or "")
-            lines += [f"### `{name}{signature}`", "", f"*{', '.join(flags)}*", "", text, ""]
+            # The id is the hook's path, so the docstrings' :func:`core.hookspecs.<hook>` roles link here.
+            anchor = f"{{#{hookspecs.__name__}.{name}}}"
+            lines += [f"### `{name}{signature}` {anchor}", "", f"*{', '.join(flags)}*", "", text, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -54,11 +54,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_hook_reference_is_rendered_from_the_hookspecs_docstrings(site: Path) -> None:
     from core import hookspecs
 
-    page = text_of(site / "api" / "hookspecs" / "index.html")
-    for name in ("strategy_reduce", "accelerator_setup_device", "checkpoint_io_load", "CONTRACT_VERSION"):
-        assert name in page
+    # Written once: the hook contract page (docs/hooks.md, generated); the API page holds the module's other names.
+    html = (site / "hooks" / "index.html").read_text()
+    page = text_of(site / "hooks" / "index.html")
+    for name in ("strategy_reduce", "accelerator_setup_device", "checkpoint_io_load"):
+        assert f'id="core.hookspecs.{name}"' in html
     first_line = (hookspecs.strategy_reduce.__doc__ or "").strip().splitlines()[0]
     assert first_line in page
+    # The traits are a list and the policy a section of their own, not one paragraph.
+    assert re.search(r"<li>\s*<code>kind</code>", html)
+    assert 'id="traits"' in html and 'id="how-the-contract-evolves"' in html
+    assert "CONTRACT_VERSION" in text_of(site / "api" / "hookspecs" / "index.html")
 
 
 @pytest.mark.timeout(360)
