@@ -14,7 +14,7 @@ docs/migrating-from-lightning.md says why.
 
 _CHECKED_FILES = (
     "mocks torch.save with an object that writes nothing; core checks every checkpoint file it writes and refuses "
-    "one it cannot read back (docs/migrating-from-lightning.md, 'Where core differs on purpose')"
+    "one it cannot read back (docs/migrating-from-lightning.md, 'Differences from Lightning')"
 )
 
 KEPT: dict[str, str] = {
