@@ -117,7 +117,7 @@ bench-peers:
 	$(PEERS_VENV)/bin/python -m bench.peers_gpt
 
 # What follows from the Trainer's flag declarations (core/trainer/_flags.py): its signature, views, TrainerConfig's
-# fields and docs/trainer.md's table.
+# fields and docs/trainer-flags.md's table.
 flags:
 	$(PY) scripts/gen_trainer_flags.py
 

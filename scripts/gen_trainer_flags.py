@@ -9,7 +9,7 @@ Each target is the lines between two markers in a checked-in file; the rest of e
 - the Trainer's read-only views of the loop flags (same file, ``views``): ``name: FlagView[<record type>] =
   FlagView()``, except a flag declared with ``own_property`` (the Trainer defines that property by hand);
 - the fields of ``TrainerConfig`` (core/trainer/_config.py, ``record``): each loop flag, typed by its check's return;
-- the flag table of docs/trainer.md (the default as the docs show it, and the line each flag's ``doc`` gives).
+- the flag table of docs/trainer-flags.md (the default as the docs show it, and the line each flag's ``doc`` gives).
 
 ``--check`` writes nothing: it exits 1 naming each file that is not what this script would write
 (tests/test_trainer_flag_declaration.py runs it).
@@ -72,7 +72,7 @@ TABLE_MARKERS = (
 TARGETS: dict[str, list[tuple[tuple[str, str], Callable[[], list[str]]]]] = {
     "core/trainer/_trainer.py": [(_python_markers("signature"), signature), (_python_markers("views"), views)],
     "core/trainer/_config.py": [(_python_markers("record"), record)],
-    "docs/trainer.md": [(TABLE_MARKERS, table)],
+    "docs/trainer-flags.md": [(TABLE_MARKERS, table)],
 }
 
 

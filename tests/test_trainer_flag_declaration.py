@@ -1,8 +1,8 @@
 """Each Trainer flag is declared once (``core.trainer._flags.FLAGS``), and every place that names the flags follows
 from that declaration: ``Trainer.__init__``'s signature, the ``TrainerConfig`` record and the Trainer's read-only
-views are written by ``scripts/gen_trainer_flags.py`` (checked in; regenerating changes nothing), docs/trainer.md's
-table too, ``help(Trainer)`` at import, and Lightning's ``Trainer`` takes them all. A flag added in one of these
-places by hand only fails here."""
+views are written by ``scripts/gen_trainer_flags.py`` (checked in; regenerating changes nothing),
+docs/trainer-flags.md's table too, ``help(Trainer)`` at import, and Lightning's ``Trainer`` takes them all. A flag
+added in one of these places by hand only fails here."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_regenerating_the_signature_record_views_and_docs_table_changes_nothing(
     script = ROOT / "scripts" / "gen_trainer_flags.py"
     checked = subprocess.run([sys.executable, str(script), "--check"], timeout=120, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr  # names each stale file and `make flags`
-    committed = (ROOT / "docs" / "trainer.md").read_text()
+    committed = (ROOT / "docs" / "trainer-flags.md").read_text()
     rows = [line for line in committed.splitlines() if line.startswith("| `")]
     for flag in FLAGS:
         assert any(row.startswith(f"| `{flag.name}` | ") and flag.doc in row for row in rows), flag.name
@@ -114,7 +114,7 @@ def test_regenerating_the_signature_record_views_and_docs_table_changes_nothing(
 def test_the_check_names_a_hand_edited_generated_file_and_the_command(tmp_path: Path) -> None:
     # The script run on a copy of the repository's generated files, one of them edited by hand.
     for path in ("scripts/gen_trainer_flags.py", "core/trainer/_trainer.py", "core/trainer/_config.py",
-                 "docs/trainer.md"):
+                 "docs/trainer-flags.md"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text((ROOT / path).read_text())
     config = tmp_path / "core" / "trainer" / "_config.py"

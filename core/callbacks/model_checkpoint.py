@@ -22,7 +22,7 @@ _MODES: Final = ("min", "max")
 
 
 class ModelCheckpoint(Checkpoint):
-    """Save checkpoints of the run (weights, optimizers, loop position, ...: see docs/trainer.md).
+    """Save checkpoints of the run (weights, optimizers, loop position, ...: see docs/trainer-checkpoints.md).
 
     :param dirpath: Where to write; by default the Trainer's ``default_checkpoint_dir``
         (``<default_root_dir>/checkpoints``; under Lightning's names ``<log_dir>/checkpoints`` with a logger).

@@ -2,7 +2,7 @@
 
 A ``Module`` is a ``torch.nn.Module`` that also says how to train itself: ``training_step`` returns the loss,
 ``configure_optimizers`` returns the optimizers, and the ``on_*`` hooks let it act at every point of the
-loops (their order is listed in ``docs/trainer.md``). Outside a Trainer it is a plain ``nn.Module``.
+loops (their order is listed in ``docs/trainer-module.md``). Outside a Trainer it is a plain ``nn.Module``.
 
 A ``DataModule`` gathers the data side: ``prepare_data`` (download once per node), ``setup(stage)`` (build the
 datasets in every process) and the four ``*_dataloader`` methods.

@@ -110,7 +110,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     def predict_dataloader(self) -> Any:
         return None
 
-    # Hooks: see docs/trainer.md for the order. Each is called on every rank unless said otherwise.
+    # Hooks: see docs/trainer-module.md for the order. Each is called on every rank unless said otherwise.
 
     def prepare_data(self) -> None:
         """Download or write to disk, on local rank 0 of each node; the other processes wait."""

@@ -1,4 +1,4 @@
-"""The Trainer's checkpoint: one function builds it, one restores it (see docs/trainer.md, "Checkpoints").
+"""The Trainer's checkpoint: one function builds it, one restores it (see docs/trainer-checkpoints.md).
 
 A checkpoint holds everything a run needs to continue as if it had never stopped: the module's weights,
 every optimizer and scheduler, the precision's state (added by ``Lite.save``), the loop position, the

@@ -4,7 +4,7 @@
 ``scripts/gen_trainer_flags.py`` (``make flags``) writes from it what must be plain code for users, mypy and IDEs
 to read: ``Trainer.__init__``'s parameters, the fields of :class:`~core.trainer.TrainerConfig` (each typed by its
 check's return annotation) and the Trainer's read-only views of the loop flags (:class:`FlagView`), each between
-``# <generated: ...>`` markers, plus the flag table of docs/trainer.md. ``tests/test_trainer_flag_declaration.py``
+``# <generated: ...>`` markers, plus the flag table of docs/trainer-flags.md. ``tests/test_trainer_flag_declaration.py``
 fails, naming the command, when what is checked in is not what the script writes.
 
 Each flag belongs to one of three groups, which say where its value goes:

@@ -73,7 +73,7 @@ class RunState:
         world size that saved it, used once by the epoch it resumes.
     :param stopped_at: Where a fit that stopped in the middle of an epoch (``max_steps``, ``max_time``, a callback's
         ``should_stop``) stopped: its progress then and its position in samples (plain values, or ``None``). A
-        checkpoint saved after the stop records it, so the epoch resumes there (docs/trainer.md, "Checkpoints").
+        checkpoint saved after the stop records it, so the epoch resumes there (docs/trainer-checkpoints.md).
     :param step_module: The set-up module whose forward runs the step methods (``None`` outside a run).
     :param predictions: The predict loop's outputs so far, per loader.
     :param predict_batch_indices: The dataset indices of the batch being predicted (``None``: unknown).

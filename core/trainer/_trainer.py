@@ -75,7 +75,7 @@ class Trainer:
 
     Each flag is declared once, in the Trainer's table of flags (its type, default, check and meaning); this
     signature, the read-only views of the loop flags (``trainer.max_epochs``, ...), ``TrainerConfig``'s fields, the
-    table of docs/trainer.md ("Trainer flags") and the parameter lines below are generated from it.
+    table of docs/trainer-flags.md ("Trainer flags") and the parameter lines below are generated from it.
     """
 
     def __init__(
@@ -513,7 +513,7 @@ class Trainer:
         After ``fit`` (Lightning's usual way to keep the final state) the checkpoint holds the final weights,
         optimizers, loop position and callbacks, and resumes with ``fit(..., ckpt_path=filepath)``; it is written
         through a short run with the same settings (the fit's processes and process group are gone by then).
-        The content is documented in docs/trainer.md ("Checkpoints"); ``weights_only`` keeps the weights
+        The content is documented in docs/trainer-checkpoints.md; ``weights_only`` keeps the weights
         and hyperparameters only.
         """
         if self.module is not None and not self.state and self.run_state.finished_fit == "here":
@@ -603,7 +603,7 @@ class Trainer:
 
     @property
     def filler_batch(self) -> bool:
-        """Whether the evaluation batch being run is a filler (see docs/trainer.md): skip it in your own tallies."""
+        """Whether the evaluation batch being run is a filler (docs/trainer-logging.md): skip it in your own tallies."""
         return self.run_state.metrics.filler
 
     def print(self, *args: Any, **kwargs: Any) -> None:
