@@ -52,7 +52,10 @@ def test_the_tutorial_plugin_passes_the_kit_alone_and_with_ddp_and_amp(
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
-    assert " skipped" not in output.splitlines()[-1], output[-3000:]  # the CPU stand-in is available: nothing skips
+    # The CPU stand-in is available, so no test skips for want of the device; the only skips are the precision kit's
+    # optional hooks that core-amp leaves to Lite's defaults.
+    skips = [line for line in output.splitlines() if line.startswith("SKIPPED")]
+    assert all("is optional and not implemented" in line for line in skips), output[-3000:]
     assert "passed" in output.splitlines()[-1]
 
 
