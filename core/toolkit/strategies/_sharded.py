@@ -11,6 +11,7 @@ holding their shards only (nothing is gathered: see :func:`full_state_dict`).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from core import ConfigurationError, hookimpl
 from core.toolkit._collections import named_tensors
@@ -31,7 +31,10 @@ if TYPE_CHECKING:
 
 
 def _holds_dtensors(value: Any) -> bool:
-    return any(isinstance(tensor, DTensor) for _, tensor in named_tensors(value))
+    # Importing torch.distributed.tensor costs a second of every process's start; where nobody imported it, no
+    # tensor is a DTensor.
+    dtensors = sys.modules.get("torch.distributed.tensor")
+    return dtensors is not None and any(isinstance(tensor, dtensors.DTensor) for _, tensor in named_tensors(value))
 
 
 class ShardedStrategy(ParallelStrategy):
