@@ -66,6 +66,13 @@ The compatibility policy, for plugin authors:
   (:class:`core.BrokenPluginError`) and shown by ``--check``: it was written for a newer core, or misspells
   a hook. Plugins declare the core versions they work with as ``core>=X,<Y`` in their dependencies, and the
   installed core refuses a plugin whose range excludes it.
+- A plugin object may declare the contract it was written for (``contract_version = N``); where N is newer than
+  the installed core's, ``--check`` says so and tells the user to upgrade core.
+- Traits and the toolkit are part of the contract: the trait names of :data:`core.TRAITS` and the names exported
+  by ``core.toolkit`` and ``core.testing`` grow by addition, never change meaning, and are deprecated (with a
+  :class:`core.CoreDeprecationWarning`) before a breaking release removes them. Names starting with an
+  underscore, and ``core.builtin``, are not covered; import-linter's ``public_api`` contract keeps plugins off
+  them.
 """
 
 from __future__ import annotations
