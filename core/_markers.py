@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from types import ModuleType
+import inspect
+import weakref
+from types import MemberDescriptorType, ModuleType
 from typing import Final
 
 import pluggy
@@ -22,13 +24,49 @@ class PluginManager(pluggy.PluginManager):
     implements a hook named ``_precision_backward`` when registered for its next run. So an instance attribute
     whose name starts with an underscore is not looked at; methods are, whatever their name (``@hookimpl(specname=
     "strategy_launch") def _launch`` keeps working).
+
+    It also remembers what it found on a class: pluggy looks at every name of ``dir(plugin)`` with
+    ``inspect.getattr_static`` at each registration, and a run registers a new object of the same few classes
+    (``core.resolve`` spent 20 of its 27 ms there, most of it asking each environment whether it claims the
+    process). A name found on the class (not on the object) gives the same answer for every object of that class,
+    so it is looked up once per class; a name on the object itself is looked at every time.
     """
+
+    _by_class: Final[weakref.WeakKeyDictionary[type, dict[str, pluggy.HookimplOpts | None]]] = (
+        weakref.WeakKeyDictionary()
+    )
+    _specs: Final[dict[tuple[str, str], tuple[object, pluggy.HookspecOpts | None]]] = {}
 
     def __init__(self) -> None:
         super().__init__(PROJECT_NAME)
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
-        instance = not isinstance(plugin, (type, ModuleType))  # a class's or module's __dict__ holds its functions
-        if instance and name.startswith("_") and name in getattr(plugin, "__dict__", ()):
-            return None
-        return super().parse_hookimpl_opts(plugin, name)
+        if isinstance(plugin, (type, ModuleType)):  # a class's or module's __dict__ holds its functions
+            return super().parse_hookimpl_opts(plugin, name)
+        if name in getattr(plugin, "__dict__", ()):  # set on this object: private ones are skipped (see above)
+            return None if name.startswith("_") else super().parse_hookimpl_opts(plugin, name)
+        cls = type(plugin)
+        found = self._by_class.setdefault(cls, {})
+        if name not in found:
+            opts = super().parse_hookimpl_opts(plugin, name)
+            if _is_slot(cls, name):  # a slot's value belongs to the object: asked again for each one
+                return opts
+            found[name] = opts
+        opts = found[name]
+        return None if opts is None else pluggy.HookimplOpts(**opts)  # pluggy normalizes the dict it gets in place
+
+    def parse_hookspec_opts(self, module_or_class: ModuleType | type, name: str) -> pluggy.HookspecOpts | None:
+        if not isinstance(module_or_class, ModuleType):
+            return super().parse_hookspec_opts(module_or_class, name)
+        # A module's specs (core.hookspecs, for every manager) are read once per function object.
+        key, value = (module_or_class.__name__, name), vars(module_or_class).get(name)
+        cached = self._specs.get(key)
+        if cached is None or cached[0] is not value:
+            cached = self._specs[key] = (value, super().parse_hookspec_opts(module_or_class, name))
+        return cached[1]
+
+
+def _is_slot(cls: type, name: str) -> bool:
+    """Whether ``name`` is a ``__slots__`` slot of ``cls`` (every other class attribute is the same for all objects;
+    pluggy reads no other descriptor, and what an object holds in its ``__dict__`` is checked apart)."""
+    return isinstance(inspect.getattr_static(cls, name, None), MemberDescriptorType)
