@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import weakref
 from types import MemberDescriptorType, ModuleType
 from typing import Final
@@ -32,7 +31,7 @@ class PluginManager(pluggy.PluginManager):
     so it is looked up once per class; a name on the object itself is looked at every time.
     """
 
-    _by_class: Final[weakref.WeakKeyDictionary[type, dict[str, pluggy.HookimplOpts | None]]] = (
+    _by_class: Final[weakref.WeakKeyDictionary[type, dict[str, tuple[object, pluggy.HookimplOpts | None]]]] = (
         weakref.WeakKeyDictionary()
     )
     _specs: Final[dict[tuple[str, str], tuple[object, pluggy.HookspecOpts | None]]] = {}
@@ -45,14 +44,14 @@ class PluginManager(pluggy.PluginManager):
             return super().parse_hookimpl_opts(plugin, name)
         if name in getattr(plugin, "__dict__", ()):  # set on this object: private ones are skipped (see above)
             return None if name.startswith("_") else super().parse_hookimpl_opts(plugin, name)
-        cls = type(plugin)
-        found = self._by_class.setdefault(cls, {})
-        if name not in found:
-            opts = super().parse_hookimpl_opts(plugin, name)
-            if _is_slot(cls, name):  # a slot's value belongs to the object: asked again for each one
-                return opts
-            found[name] = opts
-        opts = found[name]
+        value = _class_attribute(type(plugin), name)
+        if isinstance(value, MemberDescriptorType):  # a slot's value belongs to the object: asked for each one
+            return super().parse_hookimpl_opts(plugin, name)
+        found = self._by_class.setdefault(type(plugin), {})
+        cached = found.get(name)
+        if cached is None or cached[0] is not value:  # first seen, or the class attribute was replaced since
+            cached = found[name] = (value, super().parse_hookimpl_opts(plugin, name))
+        opts = cached[1]
         return None if opts is None else pluggy.HookimplOpts(**opts)  # pluggy normalizes the dict it gets in place
 
     def parse_hookspec_opts(self, module_or_class: ModuleType | type, name: str) -> pluggy.HookspecOpts | None:
@@ -66,7 +65,6 @@ class PluginManager(pluggy.PluginManager):
         return cached[1]
 
 
-def _is_slot(cls: type, name: str) -> bool:
-    """Whether ``name`` is a ``__slots__`` slot of ``cls`` (every other class attribute is the same for all objects;
-    pluggy reads no other descriptor, and what an object holds in its ``__dict__`` is checked apart)."""
-    return isinstance(inspect.getattr_static(cls, name, None), MemberDescriptorType)
+def _class_attribute(cls: type, name: str) -> object:
+    """What ``name`` is on ``cls`` or its bases, unevaluated (a few dict lookups; ``None`` where it is absent)."""
+    return next((vars(klass)[name] for klass in cls.__mro__ if name in vars(klass)), None)
