@@ -1,5 +1,7 @@
 """Rank 0 of a 2-process ddp run builds a second, single-process Lite (as litgpt's merge_lora does) and uses it."""
 
+import sys
+
 import torch
 
 import core
@@ -12,7 +14,10 @@ def main(lite: core.Lite) -> None:
         inner.print(f"inner world_size={inner.world_size} rank={inner.global_rank} device={inner.device} "
                     f"out={tuple(module(torch.ones(1, 2)).shape)}")
     lite.barrier()
-    print(f"outer rank={lite.global_rank} world_size={lite.world_size}", flush=True)
+    # One write per line: both ranks share the pipe, and under PYTHONUNBUFFERED (as on the CI machine) print() writes
+    # its text and its newline separately, so the two ranks' lines could interleave into one line and an empty one.
+    sys.stdout.write(f"outer rank={lite.global_rank} world_size={lite.world_size}\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
