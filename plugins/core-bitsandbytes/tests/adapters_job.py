@@ -36,8 +36,8 @@ def train(lite: core.Lite) -> dict[str, Any]:
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
     for parameter in model.parameters():
         parameter.requires_grad_(False)
-    model[0] = Adapter(model[0], 256, 512)
-    model[2] = Adapter(model[2], 512, 256)
+    adapted = [Adapter(model[0], 256, 512), Adapter(model[2], 512, 256)]
+    model[0], model[2] = adapted
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     module, optimizer = lite.setup(model, torch.optim.AdamW(trainable, lr=1e-2))
     generator = torch.Generator().manual_seed(0)
@@ -53,11 +53,11 @@ def train(lite: core.Lite) -> dict[str, Any]:
         losses.append(float(lite.all_reduce(loss.detach(), reduce_op="mean")))
     adapters = torch.cat([parameter.detach().float().flatten() for parameter in trainable])
     gathered = lite.all_gather(adapters)
-    layers = [type(layer.base).__name__ for layer in (model[0], model[2])]
+    layers = [type(layer.base).__name__ for layer in adapted]
     return {"rank": lite.global_rank, "losses": losses, "trainable": len(trainable), "layers": layers,
             "world_size": lite.world_size,
             "max_adapter_difference": float((gathered[0] - gathered[1]).abs().max()),
-            "adapters_moved": float(sum(float(layer.up.detach().abs().sum()) for layer in (model[0], model[2])))}
+            "adapters_moved": sum(float(layer.up.detach().abs().sum()) for layer in adapted)}
 
 
 if __name__ == "__main__":
