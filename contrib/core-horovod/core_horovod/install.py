@@ -12,6 +12,10 @@ build needs NCCL and Horovod's own instructions). ``--optimize 3`` builds as Hor
 
 The wheel is kept in a cache directory (``CORE_HOROVOD_WHEEL_CACHE``, default ``~/.cache/core-horovod/wheels``),
 so a second install takes seconds. It needs ``cmake`` and ``g++`` (``apt-get install cmake g++``).
+
+``--build-only`` fills the cache and installs nothing. It uses only the standard library, so it can run as a
+script (``python core_horovod/install.py --build-only``) before core-horovod is installed: ``make setup-all``
+builds this way in the background, while pip installs the rest, and installs the cached wheel at the end.
 """
 
 from __future__ import annotations
@@ -113,14 +117,20 @@ def build(cache: Path, optimization: int = DEFAULT_OPTIMIZATION) -> Path:
     return wheel
 
 
-def install(force_build: bool = False, optimization: int = DEFAULT_OPTIMIZATION) -> Path:
-    """Install Horovod from the cached wheel, building it first when there is none; return the wheel."""
+def ensure_wheel(force_build: bool = False, optimization: int = DEFAULT_OPTIMIZATION) -> Path:
+    """The cached wheel, built first when there is none (or when ``force_build``)."""
     cache = cache_directory()
     wheel = None if force_build else cached_wheel(cache)
     if wheel is None:
         print(f"core-horovod: building Horovod {VERSION} with C++17 at -O{optimization} (2-4 minutes), caching it "
               f"in {cache}", flush=True)
         wheel = build(cache, optimization)
+    return wheel
+
+
+def install(force_build: bool = False, optimization: int = DEFAULT_OPTIMIZATION) -> Path:
+    """Install Horovod from the cached wheel, building it first when there is none; return the wheel."""
+    wheel = ensure_wheel(force_build, optimization)
     # pip keeps an installed horovod of the same version rather than take this wheel: replace it, then let pip
     # add the requirements (cloudpickle, psutil, pyyaml, packaging) a fresh environment lacks.
     pip = [sys.executable, "-m", "pip", "install", "--quiet"]
@@ -134,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force-build", action="store_true", help="rebuild even when a cached wheel exists")
     parser.add_argument("--if-missing", action="store_true", help="do nothing when Horovod is already installed")
     parser.add_argument(
+        "--build-only", action="store_true",
+        help="build the wheel into the cache unless one is there, and install nothing",
+    )
+    parser.add_argument(
         "--optimize", type=int, choices=(0, 1, 2, 3), default=DEFAULT_OPTIMIZATION,
         help=f"gcc's -O level for a build (default {DEFAULT_OPTIMIZATION}; {HOROVOD_OPTIMIZATION} with debug "
         f"information is Horovod's own choice)",
@@ -143,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"core-horovod: Horovod {VERSION} is already installed")
         return 0
     try:
+        if options.build_only:
+            wheel = ensure_wheel(force_build=options.force_build, optimization=options.optimize)
+            print(f"core-horovod: the wheel is {wheel}")
+            return 0
         wheel = install(force_build=options.force_build, optimization=options.optimize)
     except InstallError as error:
         print(f"core-horovod: {error}", file=sys.stderr)

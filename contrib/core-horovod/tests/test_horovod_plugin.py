@@ -122,3 +122,19 @@ def test_the_build_compiles_as_cxx17_at_o1_without_debug_information_unless_aske
     assert _wrapped(tmp_path, 0, ["-g", "-O3"]) == ["-O0"]
     with pytest.raises(install.InstallError, match=r"optimization=4: expected 0, 1, 2 or 3"):
         install.compiler_wrapper("g++", 4)
+
+
+def test_build_only_runs_as_a_plain_script_and_installs_nothing(tmp_path: Path) -> None:
+    # `make setup-all` runs the installer this way before pip has installed anything of contrib/: `python -S` (no
+    # site-packages at all) proves that it needs only the standard library. A wheel already in the cache is kept, and
+    # nothing is installed (pip would fail on this empty file).
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    wheel = tmp_path / f"horovod-{install.VERSION}-{tag}-{tag}-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    finished = subprocess.run(
+        [sys.executable, "-S", install.__file__, "--build-only"], capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "CORE_HOROVOD_WHEEL_CACHE": str(tmp_path)},
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.splitlines() == [f"core-horovod: the wheel is {wheel}"]
+    assert wheel.read_bytes() == b""
