@@ -90,7 +90,7 @@ all)
     }
     trap finish EXIT
     if [ -x scripts/system-deps.sh ]; then start_background system-deps scripts/system-deps.sh; fi
-    # Horovod has no wheel for torch 2.x: core-horovod builds its sdist once (C++17, -O1) and caches the wheel. Its
+    # Horovod has no wheel for torch 2.x: core-horovod builds its sdist once (C++17, -O0) and caches the wheel. Its
     # installer runs as a plain script (standard library only), before pip has installed core-horovod; nothing pip
     # installs below replaces what the build reads (torch and its requirements, setuptools).
     horovod_installer=contrib/core-horovod/core_horovod/install.py
