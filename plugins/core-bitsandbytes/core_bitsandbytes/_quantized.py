@@ -3,8 +3,9 @@
 At setup (``precision_convert_module``) every ``nn.Linear`` of the user's model outside ``ignore_modules`` becomes a
 bitsandbytes layer whose weight is quantized on the run's device: ``nf4`` / ``fp4`` (4-bit, ``-dq`` also quantizes
 the block scales), ``int8`` (8-bit, LLM.int8()) and ``int8-training`` (8-bit matrix multiplications, float16 weights
-that train). Quantized weights are frozen (they have no gradient); biases, the layers left out and any adapter added
-after setup train, which is the QLoRA recipe: a frozen quantized base and small trainable adapters.
+that train). Quantized weights are frozen (they have no gradient); biases, the layers left out and adapters (made
+before setup or after it) train, which is the QLoRA recipe: a frozen quantized base and small trainable adapters.
+What does not train takes the compute dtype; under float16 what trains stays float32 (see ``_to_compute_dtype``).
 
 Checkpoints are written plain: each quantized weight is dequantized to float32 under its own key, so they load into
 an unquantized run, and a plain checkpoint loads into a quantized run by quantizing on load.
@@ -16,6 +17,7 @@ Not fsdp, model_parallel, pipeline or deepspeed: their sharding splits parameter
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import warnings
@@ -169,12 +171,31 @@ class BitsandbytesPrecision:
         return module
 
     def _to_compute_dtype(self, module: torch.nn.Module) -> None:
-        """Everything but the quantized weights in the compute dtype (layers left out, norms, biases), in place."""
+        """Everything but the quantized weights in the compute dtype (layers left out, norms, biases), in place.
+
+        Under float16 (the int8 modes' only compute dtype, or ``dtype=torch.float16``) a float32 parameter that trains
+        stays float32: float16 cannot hold an optimizer's state and updates (AdamW's ``eps=1e-8`` and the squares of
+        small gradients are zero in float16, and adapters turned NaN within a few steps). A module that holds such
+        parameters computes in float32: its floating inputs are cast up and its outputs back to float16, as peft keeps
+        LoRA adapters in float32 on a half-precision base. bfloat16 has float32's range, so there everything but the
+        quantized weights takes the compute dtype.
+        """
         quantized = {id(layer.weight) for _, layer in self._layers(module)}
+        keep_trainable = self.dtype == torch.float16
+        computing_in_float32: list[torch.nn.Module] = []
         with torch.no_grad():
-            for tensor in (*module.parameters(), *module.buffers()):
-                if id(tensor) not in quantized and torch.is_floating_point(tensor) and tensor.dtype != self.dtype:
+            for owner in module.modules():
+                for tensor in (*owner.parameters(recurse=False), *owner.buffers(recurse=False)):
+                    if id(tensor) in quantized or not torch.is_floating_point(tensor) or tensor.dtype == self.dtype:
+                        continue
+                    if keep_trainable and tensor.requires_grad and tensor.dtype == torch.float32:
+                        if not any(kept is owner for kept in computing_in_float32):
+                            computing_in_float32.append(owner)
+                        continue
                     tensor.data = tensor.data.to(self.dtype)
+        for owner in computing_in_float32:
+            owner.register_forward_pre_hook(_inputs_to_float32, with_kwargs=True)
+            owner.register_forward_hook(functools.partial(_outputs_to, self.dtype))
 
     @hookimpl
     def precision_module_materialized(self, module: torch.nn.Module) -> None:
@@ -253,6 +274,18 @@ def _applied_quantization_state(layer: torch.nn.Module, state: dict[str, Any], p
     quantized from the plain weight then): torch's ``load_state_dict`` would call them unexpected."""
     for key in [key for key in state if key.startswith(prefix + "weight.")]:
         del state[key]
+
+
+def _inputs_to_float32(
+    module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Forward pre-hook of a module whose trainable parameters stay float32 under a float16 compute dtype."""
+    return floating_to(args, torch.float32), floating_to(kwargs, torch.float32)
+
+
+def _outputs_to(dtype: torch.dtype, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+    """Forward hook of the same modules: their outputs back in the compute dtype for the layers after them."""
+    return floating_to(output, dtype)
 
 
 def _parent(module: torch.nn.Module, name: str) -> torch.nn.Module:

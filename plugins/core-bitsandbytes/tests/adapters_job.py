@@ -1,9 +1,10 @@
 """One job of the bitsandbytes tests: ``python adapters_job.py MODE OUT.json``, launched on 2 ddp processes.
 
-A frozen quantized base (MODE: nf4 or fp4) with LoRA-style adapters around its layers, the adapters trained by ddp,
-each rank on its own half of the batch. Global rank 0 writes the record: the mean losses, how many parameters train,
-the quantized layers' classes, the largest difference between the ranks' adapters after training (ddp keeps them
-equal) and the size of the adapters' up matrices (zero at the start, so nonzero only once they were updated).
+A frozen quantized base (MODE: nf4, fp4, int8, ...) with LoRA-style adapters around its layers, the adapters trained
+by ddp, each rank on its own half of the batch. Global rank 0 writes the record: the mean losses, how many parameters
+train and their dtypes, the quantized layers' classes, the largest difference between the ranks' adapters after
+training (ddp keeps them equal) and the size of the adapters' up matrices (zero at the start, so nonzero only once
+they were updated).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def train(lite: core.Lite) -> dict[str, Any]:
     gathered = lite.all_gather(adapters)
     layers = [type(layer.base).__name__ for layer in adapted]
     return {"rank": lite.global_rank, "losses": losses, "trainable": len(trainable), "layers": layers,
+            "trainable_dtypes": sorted({str(parameter.dtype) for parameter in trainable}),
             "world_size": lite.world_size,
             "max_adapter_difference": float((gathered[0] - gathered[1]).abs().max()),
             "adapters_moved": sum(float(layer.up.detach().abs().sum()) for layer in adapted)}

@@ -70,6 +70,45 @@ def test_adapters_on_a_quantized_base_train(mode: str) -> None:
     assert result["losses"][-1] < 0.8 * result["losses"][0], f"{mode}: the adapters did not learn: {result['losses']}"
 
 
+def test_under_float16_what_trains_stays_float32_and_computes_in_float32() -> None:
+    # int8's compute dtype is float16: the frozen bias goes to float16; the adapter made before setup and the bias of
+    # the second quantized layer, which train, stay float32 (their modules compute in float32 and hand float16 on),
+    # and AdamW keeps them finite and learning.
+    def train(lite: core.Lite) -> dict[str, Any]:
+        model = _model()
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        model[2].bias.requires_grad_(True)
+        model[0] = Adapter(model[0], 256, 512)
+        trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+        module, optimizer = lite.setup(model, torch.optim.AdamW(trainable, lr=1e-2))
+        # (read before any forward: bitsandbytes' int8 layer casts its bias to its input's dtype as it runs)
+        frozen_bias = str(module.module[0].base.bias.dtype)
+        generator = torch.Generator().manual_seed(0)
+        features = torch.randn(64, 256, generator=generator)
+        targets = torch.randn(64, 256, generator=generator) * 0.1
+        losses = []
+        for _ in range(10):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(module(features).float(), targets)
+            lite.backward(loss)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        adapter = module.module[0]
+        return {"losses": losses, "down": str(adapter.down.dtype), "frozen_bias": frozen_bias,
+                "output": str(module(features).dtype), "hidden": str(adapter(features.half()).dtype),
+                "trained_bias": str(module.module[2].bias.dtype), "layers": [type(adapter.base).__name__]}
+
+    result = core.Lite(accelerator="cpu", devices=1, precision="int8").launch(train)
+    assert result["layers"] == ["Linear8bitLt"]
+    assert (result["down"], result["trained_bias"], result["frozen_bias"]) == (
+        "torch.float32", "torch.float32", "torch.float16")
+    assert result["hidden"] == "torch.float16"  # the next layer gets the compute dtype
+    assert result["output"] == "torch.float32"  # precision_convert_output, as before
+    losses = result["losses"]
+    assert all(loss == loss for loss in losses) and losses[-1] < 0.8 * losses[0], losses
+
+
 def test_a_quantized_checkpoint_is_plain_and_loads_back(tmp_path: Path) -> None:
     path = str(tmp_path / "nf4.ckpt")
 
@@ -93,19 +132,24 @@ def test_a_quantized_checkpoint_is_plain_and_loads_back(tmp_path: Path) -> None:
 
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("mode", ["nf4", "fp4"])
-def test_adapters_on_a_quantized_base_train_under_ddp_on_two_processes(mode: str, tmp_path: Path) -> None:
-    """The adapters exist at setup here (ddp wraps the whole model), so the precision gives them its compute dtype:
-    bfloat16 for the 4-bit modes. (int8's compute dtype is float16, in which AdamW's updates of these adapters
-    overflow to NaN at this learning rate, in one process as in two: an int8 base wants float32 adapters added
-    after setup, as test_adapters_on_a_quantized_base_train does, and ddp cannot take parameters added after it.)"""
+@pytest.mark.parametrize(("mode", "layer", "adapter_dtype"), [
+    ("nf4", "Linear4bit", "torch.bfloat16"), ("fp4", "Linear4bit", "torch.bfloat16"),
+    ("int8", "Linear8bitLt", "torch.float32"),
+])
+def test_adapters_on_a_quantized_base_train_under_ddp_on_two_processes(
+    mode: str, layer: str, adapter_dtype: str, tmp_path: Path
+) -> None:
+    """The adapters exist at setup here (ddp wraps the whole model), so the precision decides their dtype: the compute
+    dtype bfloat16 for the 4-bit modes; float32 under int8, whose compute dtype float16 cannot hold AdamW's updates
+    (they turned the adapters NaN at the first steps when the precision gave them float16)."""
     out = tmp_path / "record.json"
     done = subprocess.run([sys.executable, str(Path(__file__).with_name("adapters_job.py")), mode, str(out)],
                           env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, f"the {mode} ddp job failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     record = json.loads(out.read_text())
     assert record["world_size"] == 2 and record["trainable"] == 4
-    assert record["layers"] == ["Linear4bit"] * 2, record["layers"]
+    assert record["layers"] == [layer] * 2, record["layers"]
+    assert record["trainable_dtypes"] == [adapter_dtype], record["trainable_dtypes"]
     losses = record["losses"]
     assert losses[-1] < 0.8 * losses[0], f"{mode} under ddp: the adapters did not learn: {losses}"
     # Each rank saw a different half of the batch, so only averaged gradients leave the two ranks' adapters equal.
