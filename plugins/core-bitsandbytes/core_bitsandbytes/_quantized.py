@@ -178,7 +178,9 @@ class BitsandbytesPrecision:
         small gradients are zero in float16, and adapters turned NaN within a few steps). A module that holds such
         parameters computes in float32: its floating inputs are cast up and its outputs back to float16, as peft keeps
         LoRA adapters in float32 on a half-precision base. bfloat16 has float32's range, so there everything but the
-        quantized weights takes the compute dtype.
+        quantized weights takes the compute dtype. The model's own parameters (held by the module given to setup, not
+        by a submodule) take the compute dtype in every case: a LightningModule uses them in ``training_step`` as well
+        as in ``forward``, and only a forward can be wrapped.
         """
         quantized = {id(layer.weight) for _, layer in self._layers(module)}
         keep_trainable = self.dtype == torch.float16
@@ -188,7 +190,8 @@ class BitsandbytesPrecision:
                 for tensor in (*owner.parameters(recurse=False), *owner.buffers(recurse=False)):
                     if id(tensor) in quantized or not torch.is_floating_point(tensor) or tensor.dtype == self.dtype:
                         continue
-                    if keep_trainable and tensor.requires_grad and tensor.dtype == torch.float32:
+                    trains_in_float32 = tensor.requires_grad and tensor.dtype == torch.float32
+                    if keep_trainable and owner is not module and trains_in_float32:
                         if not any(kept is owner for kept in computing_in_float32):
                             computing_in_float32.append(owner)
                         continue
