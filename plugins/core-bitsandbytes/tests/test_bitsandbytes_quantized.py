@@ -41,6 +41,21 @@ def test_nf4_weights_take_at_most_30_percent_of_bf16() -> None:
     assert weights_nf4 <= 0.30 * weights_bf16, f"nf4 weights take {weights_nf4} bytes, bf16 {weights_bf16}"
 
 
+def _fit(lite: core.Lite, module: Any, optimizer: Any, steps: int) -> tuple[list[float], torch.Tensor]:
+    """``steps`` optimizer steps on one fixed batch (regression to small targets): the losses, and the features."""
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(64, 256, generator=generator)
+    targets = torch.randn(64, 256, generator=generator) * 0.1
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(module(features).float(), targets)
+        lite.backward(loss)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses, features
+
+
 @pytest.mark.parametrize("mode", ["nf4", "nf4-dq", "fp4", "int8"])
 def test_adapters_on_a_quantized_base_train(mode: str) -> None:
     def train(lite: core.Lite) -> dict[str, Any]:
@@ -52,16 +67,7 @@ def test_adapters_on_a_quantized_base_train(mode: str) -> None:
         base[2] = Adapter(base[2], 512, 256)
         trainable = [parameter for parameter in base.parameters() if parameter.requires_grad]
         optimizer = lite.setup_optimizers(torch.optim.AdamW(trainable, lr=1e-2))
-        generator = torch.Generator().manual_seed(0)
-        features = torch.randn(64, 256, generator=generator)
-        targets = torch.randn(64, 256, generator=generator) * 0.1
-        losses = []
-        for _ in range(15):
-            optimizer.zero_grad()
-            loss = torch.nn.functional.mse_loss(module(features).float(), targets)
-            lite.backward(loss)
-            optimizer.step()
-            losses.append(float(loss.detach()))
+        losses, _ = _fit(lite, module, optimizer, steps=15)
         frozen = [type(p).__name__ for p in base.parameters() if not p.requires_grad]
         return {"losses": losses, "trainable": len(trainable), "frozen": frozen}
 
@@ -84,16 +90,7 @@ def test_under_float16_what_trains_stays_float32_and_computes_in_float32() -> No
         module, optimizer = lite.setup(model, torch.optim.AdamW(trainable, lr=1e-2))
         # (read before any forward: bitsandbytes' int8 layer casts its bias to its input's dtype as it runs)
         frozen_bias = str(module.module[0].base.bias.dtype)
-        generator = torch.Generator().manual_seed(0)
-        features = torch.randn(64, 256, generator=generator)
-        targets = torch.randn(64, 256, generator=generator) * 0.1
-        losses = []
-        for _ in range(10):
-            optimizer.zero_grad()
-            loss = torch.nn.functional.mse_loss(module(features).float(), targets)
-            lite.backward(loss)
-            optimizer.step()
-            losses.append(float(loss.detach()))
+        losses, features = _fit(lite, module, optimizer, steps=10)
         adapter = module.module[0]
         return {"losses": losses, "down": str(adapter.down.dtype), "frozen_bias": frozen_bias,
                 "output": str(module(features).dtype), "hidden": str(adapter(features.half()).dtype),
