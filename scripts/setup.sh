@@ -89,6 +89,10 @@ all)
         exit "$status"
     }
     trap finish EXIT
+    # A signal (Ctrl-C, a CI job cancelled) ends the script through finish too: the build runs in a session of its
+    # own, which the terminal's signal does not reach.
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     if [ -x scripts/system-deps.sh ]; then start_background system-deps scripts/system-deps.sh; fi
     # Horovod has no wheel for torch 2.x: core-horovod builds its sdist once (C++17, -O0) and caches the wheel. Its
     # installer runs as a plain script (standard library only), before pip has installed core-horovod; nothing pip

@@ -5,15 +5,21 @@ states are checked here, and no other page keeps a list of its own."""
 from __future__ import annotations
 
 import inspect
+import os
+import random
 import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from test_callbacks_monitoring import Recorder
+from torch.utils.data import DataLoader, TensorDataset
 
 import core
 from core.callbacks import EarlyStopping
+from core.loggers import Logger
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "migrating-from-lightning.md"
@@ -56,3 +62,88 @@ def test_a_time_based_val_check_interval_is_refused(interval: Any) -> None:
 def test_lite_setup_takes_no_scheduler_and_load_refuses_pickles_by_default() -> None:
     assert "scheduler" not in inspect.signature(core.Lite.setup).parameters
     assert inspect.signature(core.Lite.load).parameters["weights_only"].default is True
+
+
+# -- the items below had no test that shows core's side: each runs a tiny fit in this process ----------------------
+
+
+class _TwoOptimizers(core.Module):
+    """Two layers, each with its own optimizer; validation logs a value on every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(4, 4)
+        self.second = torch.nn.Linear(4, 1)
+        self.training_steps = 0
+        self.backward_calls = 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:  # no optimizer_idx, as in Lightning 2.x
+        self.training_steps += 1
+        inputs, targets = batch
+        loss = torch.nn.functional.mse_loss(self.second(self.first(inputs)), targets)
+        self.log("train_loss", loss)
+        return loss
+
+    def on_after_backward(self) -> None:
+        self.backward_calls += 1
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        inputs, targets = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.second(self.first(inputs)), targets), on_step=True)
+
+    def configure_optimizers(self) -> Any:
+        return [torch.optim.SGD(self.first.parameters(), lr=0.1), torch.optim.SGD(self.second.parameters(), lr=0.1)]
+
+
+def _loader() -> DataLoader[Any]:
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(16, 4, generator=generator)
+    return DataLoader(TensorDataset(inputs, inputs.sum(dim=1, keepdim=True)), batch_size=4)
+
+
+def _fit(model: core.Module, logger: Logger | bool = False, **flags: Any) -> core.Trainer:
+    trainer = core.Trainer(accelerator="cpu", devices=1, max_epochs=1, enable_progress_bar=False,
+                           enable_model_summary=False, enable_checkpointing=False, logger=logger, **flags)
+    trainer.fit(model, _loader(), _loader())
+    return trainer
+
+
+def test_one_training_step_and_one_backward_then_every_optimizer_steps() -> None:
+    model = _TwoOptimizers()
+    before = [layer.weight.detach().clone() for layer in (model.first, model.second)]
+    trainer = _fit(model, limit_train_batches=1, limit_val_batches=0)
+    assert (model.training_steps, model.backward_calls) == (1, 1)
+    assert len(trainer.optimizers) == 2
+    after = [layer.weight.detach() for layer in (model.first, model.second)]
+    assert all(not torch.equal(old, new) for old, new in zip(before, after, strict=True)), "an optimizer did not step"
+
+
+def test_the_module_is_detached_after_fit_and_the_trainer_keeps_the_run() -> None:
+    model = _TwoOptimizers()
+    trainer = _fit(model, limit_train_batches=1, limit_val_batches=0)
+    with pytest.raises(core.CoreError):
+        model.trainer  # noqa: B018 (the property is the check)
+    with pytest.raises(core.CoreError):
+        model.optimizers()
+    assert trainer.model is model and len(trainer.optimizers) == 2
+    assert model.device == torch.device("cpu")
+
+
+def test_logged_steps_count_the_optimizer_steps_taken_and_evaluation_sends_only_epoch_values() -> None:
+    recorder = Recorder()
+    _fit(_TwoOptimizers(), logger=recorder, log_every_n_steps=2, limit_train_batches=4, limit_val_batches=2)
+    training = [step for step, names in recorder.records if "train_loss" in names]
+    assert training == [2, 4], recorder.records  # Lightning: 1 and 3 (the count before the step)
+    evaluation = {name for _, names in recorder.records for name in names if name.startswith("val_loss")}
+    assert evaluation == {"val_loss_epoch"}, recorder.records  # Lightning also sends val_loss_step
+
+
+def test_seed_everything_sets_cores_variables_for_spawned_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CORE_GLOBAL_SEED", "CORE_SEED_WORKERS"):
+        monkeypatch.setenv(name, "")  # so that the test's end restores this process's environment as it was
+        monkeypatch.delenv(name)
+    python_state = random.getstate()
+    with torch.random.fork_rng():
+        core.seed_everything(123, workers=True)
+    random.setstate(python_state)
+    assert (os.environ["CORE_GLOBAL_SEED"], os.environ["CORE_SEED_WORKERS"]) == ("123", "1")
