@@ -74,16 +74,18 @@ all)
     # killed half-way would leave dpkg locked and the packages half-installed. Horovod's build is stopped instead
     # when the script failed (it writes its wheel only at the end, so a stopped build leaves no wheel behind).
     finish() {
-        local status=$? index name job_status stopped=
-        for index in "${!background_pids[@]}"; do
-            if [ "$status" -ne 0 ] && [ "${background_names[$index]}" = horovod ]; then
-                kill -TERM -- "-${background_pids[$index]}" 2>/dev/null || true
-                stopped=horovod
-            fi
-        done
+        local status=$? index name job_status how=
+        if [ "$status" -ne 0 ]; then
+            how=stopped
+            for index in "${!background_pids[@]}"; do
+                if [ "${background_names[$index]}" = horovod ]; then
+                    kill -TERM -- "-${background_pids[$index]}" 2>/dev/null || true
+                fi
+            done
+        fi
         for name in "${background_names[@]}"; do
             job_status=0
-            wait_for "$name" "$([ "$name" = "$stopped" ] && echo stopped)" || job_status=$?
+            wait_for "$name" "$([ "$name" = horovod ] && echo "$how")" || job_status=$?
             [ "$status" -ne 0 ] || status=$job_status
         done
         exit "$status"

@@ -184,7 +184,7 @@ class BitsandbytesPrecision:
         """
         quantized = {id(layer.weight) for _, layer in self._layers(module)}
         keep_trainable = self.dtype == torch.float16
-        computing_in_float32: list[torch.nn.Module] = []
+        computing_in_float32: dict[torch.nn.Module, None] = {}  # insertion-ordered, each module once
         with torch.no_grad():
             for owner in module.modules():
                 for tensor in (*owner.parameters(recurse=False), *owner.buffers(recurse=False)):
@@ -192,8 +192,7 @@ class BitsandbytesPrecision:
                         continue
                     trains_in_float32 = tensor.requires_grad and tensor.dtype == torch.float32
                     if keep_trainable and owner is not module and trains_in_float32:
-                        if not any(kept is owner for kept in computing_in_float32):
-                            computing_in_float32.append(owner)
+                        computing_in_float32[owner] = None
                         continue
                     tensor.data = tensor.data.to(self.dtype)
         for owner in computing_in_float32:
