@@ -172,7 +172,7 @@ HEAVY_FILES = {
     "contrib/core-torchft/tests/test_torchft_replicas.py": 80.0,
     "contrib/core-diloco/tests/test_diloco_training.py": 35.0,
     "plugins/core-ddp/tests/test_ddp_clean_exit.py": 45.0,
-    "tests/test_dist.py": 155.0,
+    "tests/test_dist.py": 170.0,
     "tests/test_gpu_check.py": 45.0,
     "tests/test_activation_checkpointing_jobs.py": 145.0,
     "plugins/core-slurm/tests/test_slurm_preemption.py": 110.0,
@@ -180,7 +180,6 @@ HEAVY_FILES = {
     "tests/test_conformance_kit.py": 40.0,
     "plugins/core-safetensors/tests/test_safetensors_layouts.py": 35.0,
     "tests/test_litgpt.py": 120.0,  # litgpt compiles its model: 120-170 s with a cold inductor cache, 70 s warm
-    "tests/test_dist_lightning.py": 95.0,
 }
 DISTRIBUTED_TEST_COST = 3.0
 OTHER_TEST_COST = 0.05

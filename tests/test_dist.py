@@ -3,8 +3,10 @@
 One venv serves the whole module (its tests run in order): the wheels and sdists of core, core-ddp, core-tpu and
 core-slurm are built by scripts/build_dist.py (what `make dist` runs for every distribution) with its PEP 503 index,
 the README's `pip install core-ddp core-tpu core-slurm` installs from that index into an empty venv, and a 2-process
-ddp job selected by alias trains from a directory outside the clone. The last test uninstalls the three plugins,
-leaving core and its dependencies only, and checks that such a minimal install prints no warning.
+ddp job selected by alias trains from a directory outside the clone. Then the plugins are uninstalled, leaving
+core and its dependencies only, and such a minimal install must print no warning. Last, the migration guide's
+`pip install 'core[lightning]' core-lightning-alias` goes into that venv (core, torch and core's dependencies only)
+and must bring what `pip install lightning` brings a Fabric program, with no Lightning distribution.
 
 Our index is the `--index-url` and PyPI the `--extra-index-url`, as in the README; pip's configured extra indexes
 (local mirrors on this machine, listed before PyPI so that they serve what they hold) and find-links stay in force.
@@ -32,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 USAGE = re.compile(r"^pip install (core-[a-z-]+(?: core-[a-z-]+)*)$", re.MULTILINE)
 pytestmark = pytest.mark.timeout(600)
 BUILT = (".whl", ".tar.gz")
+LIGHTNING_PLUGINS = ("core-cuda", "core-ddp", "core-fsdp", "core-model-parallel", "core-amp", "core-dcp")
+"""What core's ``lightning`` extra requires: the plugins behind Lightning's accelerators, strategies and precisions."""
 
 
 def _readme_usage_line() -> list[str]:
@@ -39,6 +43,11 @@ def _readme_usage_line() -> list[str]:
     found = USAGE.findall((ROOT / "README.md").read_text())
     assert found, "README.md has no line `pip install core-ddp ...` alone in a code block"
     return found[0].split()
+
+
+def _built() -> list[str]:
+    """The distributions the module builds: core, the README's line, then what the lightning extra and alias add."""
+    return [*dict.fromkeys(["core", *_readme_usage_line(), *LIGHTNING_PLUGINS, "core-lightning-alias"])]
 
 
 def _extra_indexes() -> list[str]:
@@ -77,7 +86,7 @@ class Venv:
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     base = tmp_path_factory.mktemp("dist")
     wheelhouse = base / "dist"
-    sources = [".", *(f"plugins/{name}" for name in _readme_usage_line())]
+    sources = [".", *(f"plugins/{name}" for name in _built()[1:])]
     subprocess.run(
         [sys.executable, "scripts/build_dist.py", "--out", str(wheelhouse), *sources],
         cwd=ROOT, check=True, capture_output=True, text=True, timeout=300,
@@ -99,7 +108,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
 
 def test_the_index_lists_every_file_with_its_hash_and_the_rendered_readme(venv: Venv) -> None:
     names = {path.name for path in venv.index.iterdir() if path.is_dir()}
-    assert names == {"core", *_readme_usage_line()}
+    assert names == set(_built())
     page = (venv.index / "core-ddp" / "index.html").read_text()
     links = re.findall(r'href="\.\./\.\./([^"#]+)#sha256=([0-9a-f]{64})"', page)
     assert {name for name, _ in links} == {"core_ddp-0.1.0-py3-none-any.whl", "core_ddp-0.1.0.tar.gz"}
@@ -114,7 +123,7 @@ def test_twine_check_passes_for_the_built_files(venv: Venv) -> None:
     checked = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *files],
                              capture_output=True, text=True, timeout=120)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.count("PASSED") == len(files) == 2 * (1 + len(_readme_usage_line()))
+    assert checked.stdout.count("PASSED") == len(files) == 2 * len(_built())
 
 
 def _build_dist() -> ModuleType:
@@ -130,7 +139,7 @@ def test_the_upload_plan_puts_every_distribution_after_those_it_requires(venv: V
         [sys.executable, "scripts/build_dist.py", "--out", str(venv.index.parent), "--upload-plan"],
         cwd=ROOT, capture_output=True, text=True, check=True, timeout=60,
     ).stdout.splitlines()
-    assert len(planned) == 1 + len(_readme_usage_line())
+    assert len(planned) == len(_built())
     core_files = [str(venv.index.parent / name) for name in ("core-0.1.0-py3-none-any.whl", "core-0.1.0.tar.gz")]
     assert planned[0] == " ".join(["twine", "upload", *core_files])
     order = _build_dist().upload_order({
@@ -167,7 +176,7 @@ def test_every_built_wheel_and_sdist_carries_the_license_text(venv: Venv) -> Non
     assert licence.lstrip().startswith("Apache License") and "Version 2.0, January 2004" in licence
     assert "END OF TERMS AND CONDITIONS" in licence  # the full text, not a notice
     built = sorted(path for path in venv.index.parent.iterdir() if path.name.endswith(BUILT))
-    assert len(built) == 2 * (1 + len(_readme_usage_line()))
+    assert len(built) == 2 * len(_built())
     for path in built:
         if path.suffix == ".whl":
             with zipfile.ZipFile(path) as wheel:
@@ -252,7 +261,7 @@ def test_a_minimal_install_is_quiet(venv: Venv) -> None:
     """core alone (the plugins uninstalled): no warning on import, on listing, on --check or on a run.
 
     torch warns "Failed to initialize NumPy" on every import when numpy is missing, which is why numpy is a
-    dependency of core; this runs last in the module because it uninstalls the plugins.
+    dependency of core; this runs after every test of the README's line because it uninstalls the plugins.
     """
     removed = venv.run("-m", "pip", "uninstall", "--yes", *_readme_usage_line())
     assert removed.returncode == 0, removed.stderr
@@ -268,3 +277,29 @@ def test_a_minimal_install_is_quiet(venv: Venv) -> None:
         assert ran.returncode == 0, ran.stderr
         assert ran.stderr == "", f"{command}: {ran.stderr}"
     assert "ran 1" in ran.stdout
+
+
+def test_the_lightning_extra_and_the_alias_install_what_lightning_brings(venv: Venv) -> None:
+    """The migration guide's install line, after test_a_minimal_install_is_quiet left core alone in the venv."""
+    command = ["-m", "pip", "install", "--index-url", venv.index.as_uri(), "-c", str(ROOT / "constraints.txt")]
+    for url in _extra_indexes():
+        command += ["--extra-index-url", url]
+    installed = venv.run(*command, "core[lightning]", "core-lightning-alias", timeout=480)
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+
+    listed = venv.run("-m", "pip", "list", "--format", "freeze").stdout
+    versions = dict(line.lower().split("==") for line in listed.splitlines() if "==" in line)
+    expected = (*LIGHTNING_PLUGINS, "core", "core-lightning-alias")
+    assert {name: versions.get(name) for name in expected} == dict.fromkeys(expected, "0.1.0")
+    assert {"torchmetrics", "lightning-utilities", "jsonargparse"} <= set(versions)
+    assert not {"lightning", "pytorch-lightning", "lightning-fabric"} & set(versions)
+    ran = venv.run(
+        "-c",
+        "import lightning as L, core.lightning, torchmetrics, lightning_utilities\n"
+        "from lightning.fabric.strategies import FSDPStrategy, ModelParallelStrategy\n"
+        "from lightning.fabric.accelerators import CUDAAccelerator\n"
+        "assert L is core.lightning and L.Fabric(accelerator='cpu', devices=1).world_size == 1\n"
+        "print(CUDAAccelerator.auto_device_count(), FSDPStrategy.__module__, ModelParallelStrategy.__module__)",
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["0", "core_fsdp._strategy", "core_model_parallel._strategy"]
