@@ -28,8 +28,8 @@ class CSVLogger(_CoreCSVLogger):
 
     hparams_file = "hparams.yaml"  # Lightning's file name and format
 
-    def __init__(self, save_dir: str | os.PathLike[str], name: str = DEFAULT_NAME, version: int | str | None = None,
-                 prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
+    def __init__(self, save_dir: str | os.PathLike[str], name: str | None = DEFAULT_NAME,
+                 version: int | str | None = None, prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
         super().__init__(save_dir, name, version, flush_logs_every_n_steps)
         self.prefix = prefix
 
@@ -40,13 +40,13 @@ class CSVLogger(_CoreCSVLogger):
 class FabricCSVLogger(CSVLogger):
     """``lightning.fabric.loggers.CSVLogger(root_dir, name="lightning_logs", version=None, prefix="", ...)``."""
 
-    def __init__(self, root_dir: str | os.PathLike[str], name: str = DEFAULT_NAME, version: int | str | None = None,
-                 prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
+    def __init__(self, root_dir: str | os.PathLike[str], name: str | None = DEFAULT_NAME,
+                 version: int | str | None = None, prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
         super().__init__(root_dir, name, version, prefix, flush_logs_every_n_steps)
 
     @property
     def root_dir(self) -> str:
-        return self.save_dir
+        return self._root()
 
 
 class TensorBoardLogger(HpMetric, _CoreTensorBoardLogger):
@@ -54,9 +54,10 @@ class TensorBoardLogger(HpMetric, _CoreTensorBoardLogger):
     Lightning's ``default_hp_metric`` (core/lightning/_tensorboard.py)."""
 
     hparams_file = "hparams.yaml"  # Lightning's file name and format
+    NAME_HPARAMS_FILE = hparams_file  # Lightning's class constant for it
 
-    def __init__(self, save_dir: str | os.PathLike[str], name: str = DEFAULT_NAME, version: int | str | None = None,
-                 prefix: str = "", **writer_options: Any) -> None:
+    def __init__(self, save_dir: str | os.PathLike[str], name: str | None = DEFAULT_NAME,
+                 version: int | str | None = None, prefix: str = "", **writer_options: Any) -> None:
         super().__init__(save_dir, name, version, **writer_options)
         self.prefix = prefix
 
@@ -67,10 +68,10 @@ class TensorBoardLogger(HpMetric, _CoreTensorBoardLogger):
 class FabricTensorBoardLogger(TensorBoardLogger):
     """``lightning.fabric.loggers.TensorBoardLogger(root_dir, name="lightning_logs", version=None, ...)``."""
 
-    def __init__(self, root_dir: str | os.PathLike[str], name: str = DEFAULT_NAME, version: int | str | None = None,
-                 prefix: str = "", **writer_options: Any) -> None:
+    def __init__(self, root_dir: str | os.PathLike[str], name: str | None = DEFAULT_NAME,
+                 version: int | str | None = None, prefix: str = "", **writer_options: Any) -> None:
         super().__init__(root_dir, name, version, prefix, **writer_options)
 
     @property
     def root_dir(self) -> str:
-        return self.save_dir
+        return self._root()

@@ -50,17 +50,31 @@ class Logger:
     hparams_file: ClassVar[str] = "hparams.json"
 
     def __init__(
-        self, save_dir: str | os.PathLike[str] | None = None, name: str = "logs", version: int | str | None = None
+        self, save_dir: str | os.PathLike[str] | None = None, name: str | None = "logs",
+        version: int | str | None = None,
     ) -> None:
         self._save_dir = os.fspath(save_dir) if save_dir is not None else None
-        self._name = name
+        self._name = name or ""  # None or "": runs go straight into save_dir/version_<n>
         self._version = version
 
     @property
-    def save_dir(self) -> str:
+    def save_dir(self) -> str | None:
         """The root of every run's logs (the working directory until a Trainer gives a logger without one its
-        ``default_root_dir``)."""
+        ``default_root_dir``). A subclass that keeps no files may answer ``None``, as Lightning's may."""
         return self._save_dir if self._save_dir is not None else os.getcwd()
+
+    def _root(self) -> str:
+        """:attr:`save_dir`, or where a logger that answers ``None`` keeps its run directory (the Trainer's
+        ``default_root_dir`` once adopted; Lightning puts such a logger's checkpoints there too)."""
+        save_dir = self.save_dir
+        if save_dir is None:
+            save_dir = self._save_dir if self._save_dir is not None else os.getcwd()
+        return save_dir
+
+    @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: the directory of every version of this experiment."""
+        return os.path.join(self._root(), self.name)
 
     def adopt_save_dir(self, directory: str | os.PathLike[str]) -> None:
         """Take ``directory`` as :attr:`save_dir` if none was given (the Trainer's ``default_root_dir``)."""
@@ -75,7 +89,7 @@ class Logger:
     def version(self) -> int | str:
         """The version of this run; chosen (and fixed) on first use."""
         if self._version is None:
-            self._version = next_version(os.path.join(self.save_dir, self._name))
+            self._version = next_version(os.path.join(self._root(), self._name))
         return self._version
 
     @property
@@ -95,7 +109,7 @@ class Logger:
         """Where this run's files go: ``<save_dir>/<name>/version_<n>`` (or ``.../<version>`` for a name)."""
         version = self.version
         folder = f"version_{version}" if isinstance(version, int) else str(version)
-        return os.path.join(self.save_dir, self._name, folder)
+        return os.path.join(self._root(), str(self.name), folder)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Record ``metrics`` at ``step`` (the number of optimizer steps taken so far; the Trainer always gives it)."""

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import csv
 import os
+import warnings
+from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
+from core._errors import CoreWarning
 from core.loggers._logger import Logger
 
 __all__ = ["CSVLogger"]
@@ -27,7 +30,7 @@ class CSVLogger(Logger):
     def __init__(
         self,
         save_dir: str | os.PathLike[str],
-        name: str = "logs",
+        name: str | None = "logs",
         version: int | str | None = None,
         flush_logs_every_n_steps: int = 100,
     ) -> None:
@@ -39,18 +42,48 @@ class CSVLogger(Logger):
         self._written_rows = 0  # rows on disk, unchanged since written
         self._written_columns = 0
         self._dirty = False  # a row already on disk got a new value
+        self._dir_checked = False
 
     @property
     def metrics_file(self) -> str:
         return os.path.join(self.log_dir, self.METRICS_FILE)
 
     @property
+    def metrics_file_path(self) -> str:
+        """:attr:`metrics_file` under the name of Lightning's experiment writer."""
+        return self.metrics_file
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """The rows not written to :attr:`metrics_file` yet (empty after :meth:`save`)."""
+        return self._rows[self._written_rows :]
+
+    @property
     def experiment(self) -> CSVLogger:
         """The object that writes the file: this logger (``logger.experiment.log_metrics(...)`` as in Lightning)."""
+        self._check_log_dir()
         return self
+
+    def _check_log_dir(self) -> None:
+        """Once, before this run writes: a run directory that already holds files belongs to an earlier run with
+        the same version. Warn, and remove its metrics file, which this run replaces (Lightning does the same)."""
+        if self._dir_checked:
+            return
+        self._dir_checked = True
+        # This run's own checkpoints may be there first (ModelCheckpoint writes into log_dir/checkpoints).
+        if os.path.isdir(self.log_dir) and set(os.listdir(self.log_dir)) - {"checkpoints"}:
+            warnings.warn(
+                f"Experiment logs directory {self.log_dir} exists and is not empty. Previous log files in this "
+                f"directory will be deleted when the new ones are saved! Give the logger another version (or none, "
+                f"to take the next free one) to keep them.",
+                CoreWarning, stacklevel=3,
+            )
+            if os.path.isfile(self.metrics_file):
+                os.remove(self.metrics_file)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Add ``metrics`` to the row of ``step`` (``None``: a new row, numbered by the rows so far)."""
+        self._check_log_dir()
         if step is None:
             step = len(self._rows)
         index = self._row_of_step.get(step)
@@ -71,6 +104,7 @@ class CSVLogger(Logger):
     def save(self) -> None:
         if not self._rows or (len(self._rows) == self._written_rows and not self._dirty):
             return
+        self._check_log_dir()
         os.makedirs(self.log_dir, exist_ok=True)
         rewrite = self._dirty or self._written_rows == 0 or len(self._columns) != self._written_columns
         rows = self._rows if rewrite else self._rows[self._written_rows :]
@@ -82,3 +116,8 @@ class CSVLogger(Logger):
         self._written_rows = len(self._rows)
         self._written_columns = len(self._columns)
         self._dirty = False
+
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
+        """Write the hyperparameters (see :meth:`Logger.log_hyperparams`), after the check of the run directory."""
+        self._check_log_dir()  # before this run's hparams file makes the directory non-empty
+        super().log_hyperparams(params)

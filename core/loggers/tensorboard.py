@@ -28,7 +28,7 @@ class TensorBoardLogger(Logger):
     def __init__(
         self,
         save_dir: str | os.PathLike[str],
-        name: str = "logs",
+        name: str | None = "logs",
         version: int | str | None = None,
         **writer_options: Any,
     ) -> None:

@@ -17,9 +17,10 @@ import builtins
 import contextlib
 import inspect
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
 
@@ -36,6 +37,12 @@ if TYPE_CHECKING:
 __all__ = ["DataModule", "MetricSink", "Module", "TrainerView"]
 
 Stage = Literal["fit", "validate", "test", "predict"]
+
+
+def _is_metric(value: Any) -> bool:
+    """Whether ``value`` is a ``torchmetrics.Metric`` (torchmetrics is never imported here: no Metric exists before)."""
+    torchmetrics = sys.modules.get("torchmetrics")
+    return torchmetrics is not None and isinstance(value, torchmetrics.Metric)
 
 
 class Module(_HyperparametersMixin, torch.nn.Module):
@@ -383,8 +390,9 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         rank_zero_only: bool = False,
         batch_size: int | None = None,
         add_dataloader_idx: bool = True,
+        metric_attribute: str | None = None,
     ) -> None:
-        """Record a metric: a number or a one-element tensor.
+        """Record a metric: a number, a one-element tensor or a ``torchmetrics.Metric``.
 
         :param prog_bar: Show it in the progress bar.
         :param logger: Send it to the loggers.
@@ -401,6 +409,8 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         :param batch_size: The weight of this value in an epoch mean; by default the size of the batch's first
             tensor.
         :param add_dataloader_idx: Suffix ``/dataloader_idx_N`` when there are several evaluation loaders.
+        :param metric_attribute: The attribute that holds a logged ``torchmetrics.Metric``; found by default. A Metric
+            must be an attribute of the Module (a submodule, as in Lightning): its state moves and is saved with it.
         """
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
@@ -411,13 +421,33 @@ class Module(_HyperparametersMixin, torch.nn.Module):
                 f"{type(self).__qualname__}.log({name!r}) under Trainer(barebones=True): barebones mode turns logging "
                 f"off to measure the loop alone; remove the self.log calls or barebones=True."
             )
+        if metric_attribute is None and _is_metric(value):
+            self._check_metric_attribute(name, value)
         trainer.metric_store.log(
             name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, batch_size,
             add_dataloader_idx,
         )
 
+    def _check_metric_attribute(self, name: str, metric: torch.nn.Module) -> None:
+        """Refuse a logged Metric that is not a submodule (Lightning's rule, in its words)."""
+        attributes = {id(module): attribute for attribute, module in self.named_modules() if _is_metric(module)}
+        if not attributes:
+            raise ConfigurationError(
+                f"self.log({name!r}, <{type(metric).__name__}>): Could not find the `LightningModule` attribute for "
+                f"the `torchmetrics.Metric` logged. You can fix this by setting an attribute for the metric in your "
+                f"`LightningModule` (self.accuracy = Accuracy(...) in __init__), so that its state is moved, reset "
+                f"and saved with the module."
+            )
+        if id(metric) not in attributes:
+            raise ConfigurationError(
+                f"self.log({name!r}, <{type(metric).__name__}>): Could not find the `LightningModule` attribute for "
+                f"the `torchmetrics.Metric` logged. You can fix this by calling "
+                f"`self.log({name}, ..., metric_attribute=name)` where `name` is one of "
+                f"{list(attributes.values())}, or by logging one of those metrics."
+            )
+
     def log_dict(self, dictionary: Mapping[str, Any], **kwargs: Any) -> None:
-        """:meth:`log` every entry of ``dictionary`` with the same options."""
+        """:meth:`log` every entry of ``dictionary`` with the same options (a ``MetricCollection`` too)."""
         for name, value in dictionary.items():
             self.log(name, value, **kwargs)
 
@@ -768,7 +798,7 @@ class TrainerView(Protocol):
     def callback_metrics(self) -> dict[str, torch.Tensor]: ...
 
     @property
-    def logged_metrics(self) -> dict[str, float]: ...
+    def logged_metrics(self) -> dict[str, torch.Tensor]: ...
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]: ...

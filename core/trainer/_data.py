@@ -123,7 +123,10 @@ def find_loaders(
         found = getattr(datamodule, method)()
         if found is not None:
             return as_loader_list(found, f"{type(datamodule).__qualname__}.{method}()")
-    return as_loader_list(getattr(module, method)(), f"{type(module).__qualname__}.{method}()")
+    hook = getattr(module, method, None)
+    if not callable(hook):  # set to None on the object (``model.val_dataloader = None``): none, as in Lightning
+        return []
+    return as_loader_list(hook(), f"{type(module).__qualname__}.{method}()")
 
 
 def _sequential(loader: DataLoader[Any]) -> DataLoader[Any]:

@@ -19,6 +19,7 @@ Metric only if torchmetrics is already imported and the value is an instance.
 
 from __future__ import annotations
 
+import numbers
 import sys
 from collections.abc import Callable
 from typing import Any, Final
@@ -56,6 +57,9 @@ EVAL_BATCH: Final = "eval_batch"  # validation / test steps and their batch hook
 EPOCH: Final = "epoch"  # epoch-level hooks: on_epoch, each call weighs 1
 
 _DEFAULTS: Final = {TRAIN_BATCH: (True, False), EVAL_BATCH: (False, True), EPOCH: (False, True)}
+_HOOKS: Final = {TRAIN_BATCH: "`training_step` (or a training batch hook)",
+                 EVAL_BATCH: "`validation_step` / `test_step` (or an evaluation batch hook)",
+                 EPOCH: "an epoch-level hook"}
 
 
 def batch_size_of(batch: Any) -> int:
@@ -90,16 +94,21 @@ class _Entry:
         "prog_bar",
         "reduce_fx",
         "running",
+        "section",
         "step_batch",
         "step_value",
+        "suffix",
         "sync_dist",
         "weight",
     )
 
     def __init__(
-        self, name: str, prog_bar: bool, logger: bool, on_step: bool, on_epoch: bool, reduce_fx: str, sync_dist: bool
+        self, name: str, prog_bar: bool, logger: bool, on_step: bool, on_epoch: bool, reduce_fx: str, sync_dist: bool,
+        suffix: str = "",
     ) -> None:
         self.name = name
+        self.suffix = suffix  # "/dataloader_idx_N" with several evaluation loaders, after "_step" / "_epoch"
+        self.section = TRAIN_BATCH  # where it was first logged from
         self.prog_bar = prog_bar
         self.logger = logger
         self.on_step = on_step
@@ -123,12 +132,19 @@ class _Entry:
         self.running: torch.Tensor | None = None  # max / min so far
 
     @property
+    def key(self) -> str:
+        """The name with its loader suffix: ``loss/dataloader_idx_1``."""
+        return self.name + self.suffix
+
+    @property
     def step_key(self) -> str:
-        return f"{self.name}_step" if self.on_epoch else self.name
+        """Lightning's key of the step value: ``loss_step/dataloader_idx_1`` when also on_epoch."""
+        return f"{self.name}_step{self.suffix}" if self.on_epoch else self.key
 
     @property
     def epoch_key(self) -> str:
-        return f"{self.name}_epoch" if self.on_step else self.name
+        """Lightning's key of the epoch value: ``loss_epoch/dataloader_idx_1`` when also on_step."""
+        return f"{self.name}_epoch{self.suffix}" if self.on_step else self.key
 
     @property
     def has_epoch_value(self) -> bool:
@@ -174,6 +190,7 @@ class _Entry:
             "partial": self.partial,
             "weight": self.weight,
             "running": None if self.running is None else self.running.detach().cpu(),
+            "suffix": self.suffix,
         }
 
 
@@ -186,18 +203,24 @@ def _torchmetric(value: Any) -> Any:
 
 
 def _as_value(name: str, value: Any) -> torch.Tensor | float:
+    """``value`` as one number; Lightning's wording (``self.log(name, value)` was called, but ...``) on refusal."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ConfigurationError(
-                f"self.log({name!r}, ...) got a tensor of shape {tuple(value.shape)}; log one number (a tensor "
-                f"with one element, or a Python number)."
+                f"`self.log({name}, {value})` was called, but the tensor must have a single element (a tensor of "
+                f"shape {tuple(value.shape)}). You can try doing `self.log({name}, {value}.mean())`."
             )
         return value.detach()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+    if isinstance(value, numbers.Number) and not isinstance(value, (bool, complex)):
+        return float(value)  # type: ignore[arg-type]
+    if isinstance(value, dict) and any(isinstance(item, dict) for item in value.values()):
+        raise ConfigurationError(
+            f"`self.log({name}, {value})` was called, but nested dictionaries cannot be logged: log one number under "
+            f"each name (self.log_dict for several)."
+        )
     raise ConfigurationError(
-        f"self.log({name!r}, {value!r}): expected a number, a one-element tensor or a torchmetrics.Metric, got "
-        f"{type(value).__qualname__}."
+        f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged: expected "
+        f"a number, a one-element tensor or a torchmetrics.Metric (self.log_dict for several values)."
     )
 
 
@@ -259,11 +282,19 @@ class MetricStore:
                 )
             if not self._is_global_zero:
                 return
-        if add_dataloader_idx and self._suffix:
-            name = name + self._suffix
-        entry = self.entries.get(name)
+        if add_dataloader_idx and "/dataloader_idx_" in name:
+            raise ConfigurationError(
+                f"You called `self.log` with the key `{name}` but it should not contain information about "
+                f"`dataloader_idx` when `add_dataloader_idx=True`: core adds the suffix itself when there are several "
+                f"evaluation loaders. Log it without the suffix, or pass add_dataloader_idx=False."
+            )
+        suffix = self._suffix if add_dataloader_idx else ""
+        key = name + suffix
+        entry = self.entries.get(key)
         if entry is None:
-            entry = self._new_entry(name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+            entry = self._new_entry(name, suffix, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+        elif entry.section == self._section:
+            self._check_same_options(entry, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
         metric = _torchmetric(value)
         if metric is not None or entry.metric is not None:
             self._log_metric(entry, metric)
@@ -305,8 +336,28 @@ class MetricStore:
             entry.step_value = value.detach() if isinstance(value, torch.Tensor) else value
             entry.step_batch = self.batch_index
 
+    def _check_same_options(
+        self, entry: _Entry, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
+        reduce_fx: str | Callable[..., Any], sync_dist: bool,
+    ) -> None:
+        """A name logged again from the same kind of hook keeps its options (Lightning refuses a change too)."""
+        given = {
+            "prog_bar": bool(prog_bar), "logger": bool(logger),
+            "on_step": self._on_step_default if on_step is None else bool(on_step),
+            "on_epoch": self._on_epoch_default if on_epoch is None else bool(on_epoch),
+            "reduce_fx": reduction_name(entry.name, reduce_fx), "sync_dist": bool(sync_dist),
+        }
+        changed = [f"{option}={getattr(entry, option)!r} then {value!r}" for option, value in given.items()
+                   if getattr(entry, option) != value]
+        if changed:
+            raise ConfigurationError(
+                f"You called `self.log({entry.name}, ...)` twice in {_HOOKS[self._section]} with different "
+                f"arguments ({', '.join(changed)}). This is not allowed: log a name with the same options each "
+                f"time, or log the other value under another name."
+            )
+
     def _new_entry(
-        self, name: str, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
+        self, name: str, suffix: str, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
         reduce_fx: str | Callable[..., Any],
         sync_dist: bool,
     ) -> _Entry:
@@ -314,13 +365,17 @@ class MetricStore:
         step = self._on_step_default if on_step is None else bool(on_step)
         epoch = self._on_epoch_default if on_epoch is None else bool(on_epoch)
         if not step and not epoch:
-            raise ConfigurationError(f"self.log({name!r}, on_step=False, on_epoch=False) keeps nothing; set one.")
+            raise ConfigurationError(
+                f"self.log({name!r}, on_step=False, on_epoch=False): `self.log(on_step=False, on_epoch=False)` is not "
+                f"useful, it keeps nothing; set on_step=True (each step's value) or on_epoch=True (the epoch's)."
+            )
         if step and self._section == EPOCH:
             raise ConfigurationError(
                 f"self.log({name!r}, on_step=True) in an epoch-level hook: there is no step there; log with "
                 f"on_epoch=True."
             )
-        entry = self.entries[name] = _Entry(name, prog_bar, logger, step, epoch, reduce_fx, sync_dist)
+        entry = self.entries[name + suffix] = _Entry(name, prog_bar, logger, step, epoch, reduce_fx, sync_dist, suffix)
+        entry.section = self._section
         return entry
 
     def _weight(self, batch_size: int | None) -> float:
@@ -354,7 +409,7 @@ class MetricStore:
 
         Lightning's ``callback_metrics`` also holds such a name bare: ``ModelCheckpoint(monitor=name)`` reads it.
         """
-        return {entry.name: entry.epoch_key for entry in self.entries.values() if entry.on_step and entry.on_epoch}
+        return {entry.key: entry.epoch_key for entry in self.entries.values() if entry.on_step and entry.on_epoch}
 
     def latest_step_values(self) -> dict[str, torch.Tensor | float]:
         """The latest step value of every name, whichever batch logged it (no conversion)."""
@@ -431,7 +486,9 @@ class MetricStore:
         self.entries = {}
         for name, saved in state.items():
             prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist = saved["options"]
-            entry = _Entry(name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+            suffix = saved.get("suffix", "")
+            entry = _Entry(name[: len(name) - len(suffix)], prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist,
+                           suffix)
             entry.chunk_values = [torch.tensor(value, dtype=torch.float64) for value in saved["chunk_values"]]
             entry.chunk_weights = list(saved["chunk_weights"])
             entry.partial = float(saved["partial"])

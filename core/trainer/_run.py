@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -225,15 +226,32 @@ def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> 
 
 
 def _log_hyperparameters(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
-    if not trainer.config.enable_autolog_hparams or not trainer.is_global_zero or not trainer.loggers:
+    if not trainer.config.enable_autolog_hparams or not trainer.loggers:
         return
-    params: dict[str, Any] = {}
-    for owner in (datamodule, module):
-        if owner is not None:
-            params.update(owner.hparams_for_loggers)
-    if params:
+    params: dict[str, Any] = dict(module.hparams_for_loggers)
+    if datamodule is not None:
+        _check_same_hparams(params, datamodule.hparams_for_loggers)
+        params = {**datamodule.hparams_for_loggers, **params}
+    if params and trainer.is_global_zero:
         for logger in trainer.loggers:
             logger.log_hyperparams(params)
+
+
+def _check_same_hparams(module_params: Mapping[str, Any], datamodule_params: Mapping[str, Any]) -> None:
+    """The Module's and the DataModule's hyperparameters go to the loggers as one dict: a name in both must hold the
+    same value (of the same type; a tensor: the same object), as Lightning checks."""
+    different = []
+    for key in module_params.keys() & datamodule_params.keys():
+        mine, theirs = module_params[key], datamodule_params[key]
+        if type(mine) is not type(theirs) or (mine is not theirs and (
+                isinstance(mine, torch.Tensor) or bool(mine != theirs))):
+            different.append(key)
+    if different:
+        raise RuntimeError(
+            f"Error while merging hparams: the keys {sorted(different, key=str)} are present in both the "
+            f"LightningModule's and LightningDataModule's hparams but have different values. Give each the same value, "
+            f"rename one, or save it with save_hyperparameters(logger=False) on one side."
+        )
 
 
 def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, Any]) -> dict[str, Any]:

@@ -454,9 +454,9 @@ class Trainer:
         return metrics
 
     @property
-    def logged_metrics(self) -> dict[str, float]:
-        """The latest value of everything sent to the loggers."""
-        return dict(self.run_state.logged_metrics)
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """The latest value of everything sent to the loggers, as tensors (Lightning's type)."""
+        return {name: torch.tensor(value) for name, value in self.run_state.logged_metrics.items()}
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
@@ -546,16 +546,19 @@ class Trainer:
     def log_to_loggers(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Send ``metrics`` to every logger at ``step`` (default: the global step), from global rank 0.
 
-        During fit the loggers also get the current epoch as ``epoch``. Call it on every rank (it only records
-        elsewhere).
+        During fit the loggers also get the current epoch as ``epoch``, unless a value named ``step`` was logged: that
+        value is then the loggers' step (Lightning's rule). Call it on every rank (it only records elsewhere).
         """
         self.run_state.logged_metrics.update(metrics)
-        if self.state == "fit":  # for the loggers only, as Lightning: logged_metrics holds what was logged
+        if step is None and "step" in metrics:  # self.log("step", n) chooses the loggers' step, as in Lightning
+            metrics = dict(metrics)
+            step = int(metrics.pop("step"))
+        elif self.state == "fit":  # for the loggers only, as Lightning: logged_metrics holds what was logged
             metrics = {**metrics, "epoch": self.current_epoch}
         if self.is_global_zero:
             at = self.global_step if step is None else step
             for logger in self.loggers:
-                logger.log_metrics(metrics, at)
+                logger.log_metrics(metrics=metrics, step=at)
 
     def record_epoch_values(self, values: dict[str, float], store: MetricStore, log: bool) -> None:
         """Epoch values become callback metrics; with ``log``, those logged with ``logger=True`` go to the loggers.
