@@ -289,7 +289,7 @@ def test_one_process_needs_no_launch_as_in_fabric(tmp_path: Path) -> None:
 def test_methods_after_the_run_ended_say_so() -> None:
     lite = core.Lite(accelerator="cpu", devices=1)
     lite.launch(record_and_return, 1)
-    with pytest.raises(core.CoreError, match=r"Lite.setup_module\(\) was called after the run ended"):
+    with pytest.raises(core.CoreError, match=r"Lite.setup\(\) was called after the run ended"):
         lite.setup(torch.nn.Linear(1, 1))
     with pytest.raises(core.CoreError, match="a Lite runs once"):
         lite.launch(record_and_return, 1)

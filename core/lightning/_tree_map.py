@@ -24,6 +24,7 @@ _T: Final = "core.lightning._types"
 _DEMOS: Final = "core.lightning.pytorch.demos"
 _CLI: Final = "core.lightning.pytorch.cli"
 _C: Final = "core.lightning._compat"
+_FD: Final = "core.lightning.fabric._data"
 _STATES: Final = ("RunningStage", "TrainerFn", "TrainerState", "TrainerStatus")
 _SAVING: Final = ("convert", "load_hparams_from_tags_csv", "load_hparams_from_yaml", "save_hparams_to_tags_csv",
                   "save_hparams_to_yaml", "update_hparams")
@@ -66,7 +67,15 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
         "is_overridden": Target(_H, "is_overridden"),
         "get_torchvision_model": Target(_H, "get_torchvision_model"),
     },
-    "pytorch.utilities": {"grad_norm": Target(_H, "grad_norm")},
+    "pytorch.utilities": {
+        "grad_norm": Target(_H, "grad_norm"),
+        "suggested_max_num_workers": Target(_FD, "suggested_max_num_workers"),
+    },
+    "fabric.utilities": {"suggested_max_num_workers": Target(_FD, "suggested_max_num_workers")},
+    "fabric.utilities.data": {
+        name: Target(_FD, name)
+        for name in ("has_iterable_dataset", "has_len", "sized_len", "suggested_max_num_workers")
+    },
     "fabric.utilities.types": {
         name: Target(_T, name)
         for name in ("CollectibleGroup", "LRScheduler", "Optimizable", "ProcessGroup", "RedOpType",

@@ -18,6 +18,7 @@ import atexit
 import builtins
 import copy
 import functools
+import inspect
 import itertools
 import operator
 import os
@@ -30,7 +31,14 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
 import torch
 from torch.utils.data import DataLoader
 
-from core._errors import BrokenPluginError, CheckpointError, ConfigurationError, CoreDeprecationWarning, CoreError
+from core._errors import (
+    BrokenPluginError,
+    CheckpointError,
+    ConfigurationError,
+    CoreDeprecationWarning,
+    CoreError,
+    CoreWarning,
+)
 from core._exit import freeze_at_exit
 from core.lite._data import with_distributed_sampler
 from core.lite._hooks import BoundHooks
@@ -50,6 +58,15 @@ if TYPE_CHECKING:
 __all__ = ["Lite", "LiteDataLoader", "LiteModule", "LiteOptimizer"]
 
 T = TypeVar("T")
+
+
+_NO_FUNCTION: Final = object()
+"""``launch()``'s default: no function given (``None`` given is the mistake ``launch(train())``)."""
+
+
+class _ArgumentTypeError(ConfigurationError, TypeError):
+    """An argument of the wrong type: a :class:`core.ConfigurationError` that is also the ``TypeError`` Fabric raises
+    for it, so that code catching either keeps working."""
 
 _NEW: Final = "new"
 _RUNNING: Final = "running"
@@ -145,6 +162,46 @@ def _snapshot(settings: dict[str, Any]) -> dict[str, Any]:
         return copy.deepcopy(settings)
     except Exception:  # an object that cannot be copied is sent as it is; pickling may then refuse it
         return dict(settings)
+
+
+def _check_launched_function(function: object) -> None:
+    """Refuse what ``launch`` cannot call as ``function(lite, ...)``, with Fabric's ``TypeError`` wording."""
+    if not callable(function):
+        raise _ArgumentTypeError(
+            f"launch() takes a function (called as function(lite, ...)), got {function!r}: `Lite.launch(...)` needs "
+            f"to be a callable. Pass the function itself: .launch(train), not .launch(train())."
+        )
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # no readable signature (a builtin): let the call say what is wrong
+        return
+    if not parameters:
+        name = getattr(function, "__qualname__", repr(function))
+        raise _ArgumentTypeError(
+            f"`Lite.launch(function={name})` needs to take at least one argument: launch calls it as "
+            f"function(lite, *args, **kwargs), with this Lite first. Define it as def {name.split('.')[-1]}(lite): ..."
+        )
+
+
+def _keywords_taken(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``method`` can take: all when it takes ``**kwargs`` or has no readable signature."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # a builtin or a C extension: pass everything, as Fabric does
+        return kwargs
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()):
+        return kwargs
+    return {name: value for name, value in kwargs.items() if name in parameters}
+
+
+def _scalar(tensor: torch.Tensor) -> Any:
+    """A logged tensor's Python number."""
+    if tensor.numel() != 1:
+        raise ConfigurationError(
+            f"The metric `{tensor}` does not contain a single element, thus it cannot be converted to a scalar: "
+            f"log a tensor of one element (its shape is {tuple(tensor.shape)}; reduce it, e.g. tensor.mean())."
+        )
+    return tensor.item()
 
 
 def _on_meta_device(module: torch.nn.Module) -> bool:
@@ -278,7 +335,6 @@ class Lite:
     ) -> None:
         self._callbacks: list[Any] = _as_list(callbacks)
         self._loggers: list[Any] = _as_list(loggers)
-        self._log_step = 0
         settings: dict[str, Any] = {
             "accelerator": accelerator,
             "strategy": strategy,
@@ -325,7 +381,6 @@ class Lite:
         self._settings = state["_settings"]
         self._callbacks = state.get("_callbacks", [])
         self._loggers = state.get("_loggers", [])
-        self._log_step = 0
         self._phase = _NEW
         self._nested = False
         self._active = None  # type: ignore[assignment]
@@ -375,26 +430,30 @@ class Lite:
             raise first_error
 
     @overload
-    def launch(self, function: None = None) -> None: ...
+    def launch(self) -> None: ...
 
     @overload
     def launch(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
-    def launch(self, function: Callable[..., T] | None = None, *args: Any, **kwargs: Any) -> T | None:
+    def launch(self, function: Any = _NO_FUNCTION, *args: Any, **kwargs: Any) -> Any:
         """Run ``function(lite, *args, **kwargs)`` in every process of the run; return global rank 0's result
         (typed as the function's: ``lite.launch(train)`` is a ``float`` when ``train`` returns one).
 
-        :param function: Takes this ``Lite`` first. ``None`` sets up this process and returns, so that the
-            script goes on (for strategies whose processes run the script itself, like ``ddp``); the run
-            is torn down at exit.
+        :param function: Takes this ``Lite`` first. Left out, ``launch()`` sets up this process and returns, so
+            that the script goes on (for strategies whose processes run the script itself, like ``ddp``); the run
+            is torn down at exit. Anything given that is not a callable taking an argument (``None`` from
+            ``launch(train())``, a function of no parameters) is a :class:`core.ConfigurationError` that is also a
+            ``TypeError``, as in Fabric.
         """
         self._ensure_attached()
         if self._phase != _NEW:
             raise CoreError(
                 "launch() was already called on this Lite; a Lite runs once. Create a new Lite for another run."
             )
-        if function is not None and not callable(function):
-            raise ConfigurationError(f"launch() takes a function (called as function(lite, ...)), got {function!r}.")
+        if function is _NO_FUNCTION:
+            function = None
+        else:
+            _check_launched_function(function)
         try:
             result = self._hooks.strategy_launch(function=_Task(self, function), args=args, kwargs=kwargs)
         finally:
@@ -512,11 +571,14 @@ class Lite:
         through ``strategy_setup_module_and_optimizers``; any other sets them up one by one.
         """
         if not optimizers:
-            return self.setup_module(module, move_to_device=move_to_device)
+            return self._setup_module(module, move_to_device, "setup")
+        self._require_running("setup")
+        self._check_module(module, "setup")
+        for optimizer in optimizers:
+            self._check_optimizer(optimizer, "setup")
         compiled = _compiled(module)
         converted = self._convert_module(module if compiled is None else compiled, move_to_device)
         for optimizer in optimizers:
-            self._check_optimizer(optimizer)
             self._point_at_converted(optimizer)
         hooks = self._hooks
         empty = _on_meta_device(converted)
@@ -546,8 +608,14 @@ class Lite:
         (``precision_convert_output``). Its ``state_dict()`` / ``load_state_dict()`` are the original module's,
         with its own keys (no ``_forward_module.`` or ``module.`` prefix), so checkpoints load with and without
         ``Lite``. Attributes the wrapper does not have are read from and written to the original module;
-        ``.module`` is the original module. A module is set up once.
+        ``.module`` is the original module. A module is set up once: passing a returned ``LiteModule`` again is a
+        :class:`core.ConfigurationError`.
         """
+        return self._setup_module(module, move_to_device, "setup_module")
+
+    def _setup_module(self, module: torch.nn.Module, move_to_device: bool, method: str) -> LiteModule:
+        self._require_running(method)
+        self._check_module(module, method)
         compiled = _compiled(module)
         converted = self._convert_module(module if compiled is None else compiled, move_to_device)
         empty = _on_meta_device(converted)
@@ -555,13 +623,18 @@ class Lite:
         self._materialized(converted, empty)
         return self._wrap_module(forward_module, converted, compiled is not None)
 
+    @staticmethod
+    def _check_module(module: object, method: str) -> None:
+        if isinstance(module, LiteModule):
+            raise ConfigurationError(
+                f"A model should be passed only once to the `{method}` method: this module was already set up by "
+                f"Lite.setup / setup_module. Set each module up once and keep using the module it returned."
+            )
+        if not isinstance(module, torch.nn.Module):
+            raise _ArgumentTypeError(f"{method}() takes a torch.nn.Module, got {type(module).__qualname__}.")
+
     def _convert_module(self, module: torch.nn.Module, move_to_device: bool) -> torch.nn.Module:
         """The precision's conversion of the user's model (once per model and precision), moved to the device."""
-        self._require_running("setup_module")
-        if isinstance(module, LiteModule):
-            raise CoreError("This module was already set up by Lite.setup / setup_module; set each module up once.")
-        if not isinstance(module, torch.nn.Module):
-            raise ConfigurationError(f"setup_module() takes a torch.nn.Module, got {type(module).__qualname__}.")
         target, attribute = _conversion_target(module)
         alias = str(self._active.config.precision)
         if _CONVERTED.get(target) != alias:
@@ -636,20 +709,29 @@ class Lite:
         4-bit layers) ``Lite`` points every optimizer passed to :meth:`setup` or ``setup_optimizers`` at the
         replacements, as it does after a sharding strategy (an optimizer that already stepped is refused).
         """
+        self._require_running("setup_optimizers")
+        if not optimizers:
+            raise ConfigurationError(
+                "`setup_optimizers` requires at least one optimizer as input: lite.setup_optimizers(optimizer)."
+            )
+        for optimizer in optimizers:
+            self._check_optimizer(optimizer, "setup_optimizers")
         wrapped = tuple(self._setup_optimizer(optimizer) for optimizer in optimizers)
         return wrapped[0] if len(wrapped) == 1 else wrapped
 
-    def _check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        self._require_running("setup_optimizers")
+    @staticmethod
+    def _check_optimizer(optimizer: object, method: str) -> None:
         if isinstance(optimizer, LiteOptimizer):
-            raise CoreError("This optimizer was already set up by Lite.setup / setup_optimizers; set it up once.")
-        if not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigurationError(
-                f"setup_optimizers() takes torch.optim.Optimizer objects, got {type(optimizer).__qualname__}."
+                f"An optimizer should be passed only once to the `{method}` method: this optimizer was already set "
+                f"up by Lite.setup / setup_optimizers. Set it up once and keep using the optimizer it returned."
+            )
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise _ArgumentTypeError(
+                f"{method}() takes torch.optim.Optimizer objects, got {type(optimizer).__qualname__}."
             )
 
     def _setup_optimizer(self, optimizer: torch.optim.Optimizer) -> LiteOptimizer:
-        self._check_optimizer(optimizer)
         self._point_at_converted(optimizer)
         prepared = self._hooks.strategy_setup_optimizer(optimizer=optimizer)
         return wrap_optimizer(prepared, self._hooks.strategy_optimizer_step)
@@ -700,25 +782,44 @@ class Lite:
         :return: One loader, or a list for several.
         """
         self._require_running("setup_dataloaders")
+        if not dataloaders:
+            raise ConfigurationError(
+                "`setup_dataloaders` requires at least one dataloader as input: lite.setup_dataloaders(loader)."
+            )
+        for loader in dataloaders:
+            self._check_dataloader(loader)
         sampler_kwargs = self._hooks.strategy_distributed_sampler_kwargs() if use_distributed_sampler else None
+        device = self.device if move_to_device else None
         move = self._mover() if move_to_device else None
-        prepared = [self._prepare_dataloader(loader, sampler_kwargs, move) for loader in dataloaders]
+        prepared = [self._prepare_dataloader(loader, sampler_kwargs, move, device) for loader in dataloaders]
         return prepared[0] if len(prepared) == 1 else prepared
 
-    def _prepare_dataloader(
-        self, loader: DataLoader[Any], sampler_kwargs: dict[str, Any] | None, move: Callable[[Any], Any] | None
-    ) -> LiteDataLoader:
+    @staticmethod
+    def _check_dataloader(loader: object) -> None:
         if isinstance(loader, LiteDataLoader):
-            raise CoreError("This DataLoader was already set up by Lite.setup_dataloaders; set it up once.")
-        if not isinstance(loader, DataLoader):
             raise ConfigurationError(
-                f"setup_dataloaders() takes torch.utils.data.DataLoader objects, got {type(loader).__qualname__}."
+                "A dataloader should be passed only once to the `setup_dataloaders` method: this DataLoader was "
+                "already set up by Lite.setup_dataloaders. Set it up once and keep using the loader it returned."
             )
+        if not isinstance(loader, DataLoader):
+            raise _ArgumentTypeError(
+                f"setup_dataloaders() takes torch.utils.data.DataLoader objects, got {type(loader).__qualname__}: "
+                f"Only PyTorch DataLoader are currently supported in `setup_dataloaders`. Wrap the data in one: "
+                f"DataLoader(data, batch_size=...)."
+            )
+
+    def _prepare_dataloader(
+        self,
+        loader: DataLoader[Any],
+        sampler_kwargs: dict[str, Any] | None,
+        move: Callable[[Any], Any] | None,
+        device: torch.device | None,
+    ) -> LiteDataLoader:
         if sampler_kwargs is not None:
             loader = with_distributed_sampler(loader, sampler_kwargs)
         if seeds_workers() and loader.num_workers > 0 and loader.worker_init_fn is None:
             loader.worker_init_fn = functools.partial(worker_init_function, rank=self.global_rank)
-        return LiteDataLoader(loader, move)
+        return LiteDataLoader(loader, move, device)
 
     def _mover(self) -> Callable[[Any], Any]:
         # Picklable (no local function): a program may torch.save a set-up DataLoader, as litgpt's state does.
@@ -1106,32 +1207,40 @@ class Lite:
     def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
         """Call ``hook_name(*args, **kwargs)`` on every callback that has such a method, in order (Fabric's ``call``).
 
-        Callbacks without the method are skipped; an attribute of that name that is not callable is an error.
+        Callbacks without the method are skipped. An attribute of that name that is not callable is skipped with a
+        :class:`core.CoreWarning` naming it. Each callback receives only the keyword arguments its method's signature
+        names (all of them when it takes ``**kwargs``), so callbacks with different signatures share one hook name.
         """
         for callback in self._callbacks:
             method = getattr(callback, hook_name, None)
             if method is None:
                 continue
             if not callable(method):
-                raise ConfigurationError(
-                    f"Lite.call({hook_name!r}): {type(callback).__qualname__}.{hook_name} is not a method."
+                warnings.warn(
+                    f"Skipping the callback `{type(callback).__name__}.{hook_name}` because it is not callable: "
+                    f"Lite.call({hook_name!r}) calls methods; rename the attribute or make it a method.",
+                    CoreWarning,
+                    stacklevel=2,
                 )
-            method(*args, **kwargs)
+                continue
+            method(*args, **_keywords_taken(method, kwargs))
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
-        """Send one metric to every logger, from global rank 0 (tensors become Python numbers)."""
+        """Send one metric to every logger, from global rank 0 (tensors become Python numbers); see :meth:`log_dict`."""
         self.log_dict({name: value}, step=step)
 
     def log_dict(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Send metrics to every logger, from global rank 0; ``step`` defaults to a count of the calls."""
-        if step is None:
-            step = self._log_step
-        self._log_step = step + 1
-        if not self._loggers or not self.is_global_zero:
+        """Send metrics to every logger as ``logger.log_metrics(metrics=..., step=step)``, from global rank 0.
+
+        One-element tensors (in nested collections too) become Python numbers; a tensor of several elements is a
+        :class:`core.ConfigurationError`. ``step=None`` is passed on as it is, as Fabric does: the logger numbers
+        the entry (core's ``CSVLogger`` adds a row).
+        """
+        values = apply_to_tensors(dict(metrics), _scalar)
+        if not self.is_global_zero:
             return
-        values = {name: value.item() if isinstance(value, torch.Tensor) else value for name, value in metrics.items()}
         for logger in self._loggers:
-            logger.log_metrics(values, step)
+            logger.log_metrics(metrics=values, step=step)
 
     def load_raw(self, path: str | os.PathLike[str], obj: torch.nn.Module | torch.optim.Optimizer,
                  strict: bool = True, *, weights_only: bool | None = None) -> None:

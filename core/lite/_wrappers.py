@@ -203,11 +203,19 @@ def _epoch_setters(loader: DataLoader[Any]) -> list[Callable[[int], None]]:
 class LiteDataLoader:
     """A set-up DataLoader: each new iteration sets the sampler's epoch; batches arrive on the device."""
 
-    def __init__(self, loader: DataLoader[Any], move: Callable[[Any], Any] | None) -> None:
+    def __init__(
+        self, loader: DataLoader[Any], move: Callable[[Any], Any] | None, device: torch.device | None = None
+    ) -> None:
         self._loader = loader
         self._move = move
+        self._device = device
         self._set_epoch = _epoch_setters(loader)
         self._epoch = 0
+
+    @property
+    def device(self) -> torch.device | None:
+        """Where batches are moved, or ``None`` when they are not (``setup_dataloaders(move_to_device=False)``)."""
+        return self._device
 
     @property
     def loader(self) -> DataLoader[Any]:
@@ -234,7 +242,7 @@ class LiteDataLoader:
             yield move(batch)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_loader", "_move", "_set_epoch", "_epoch"):
+        if name.startswith("__") or name in ("_loader", "_move", "_device", "_set_epoch", "_epoch"):
             raise AttributeError(name)
         return getattr(self._loader, name)
 

@@ -19,10 +19,16 @@ class AttributeDict(dict[str, Any]):
         try:
             return self[name]
         except KeyError:
-            raise AttributeError(f"No hyperparameter {name!r}; saved: {sorted(self)}.") from None
+            raise AttributeError(
+                f"'{type(self).__name__}' object has no attribute {name!r}: no hyperparameter {name!r}; saved: "
+                f"{sorted(self)}."
+            ) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        del self[name]  # a KeyError for a name it does not hold, as Lightning's
 
 
 def _hyperparameters_from_caller(frame: Any, ignore: Iterable[str]) -> dict[str, Any]:
