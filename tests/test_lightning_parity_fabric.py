@@ -179,3 +179,21 @@ def test_attribute_dict_reads_writes_and_deletes_keys_as_attributes() -> None:
     assert "step" not in state
     with pytest.raises(KeyError):
         del state.step
+
+
+def test_save_refuses_a_filter_that_is_not_a_dict_of_functions_over_state_keys(tmp_path: Any) -> None:
+    lite = core.Lite(accelerator="cpu", devices=1)
+    state = {"model": lite.setup(torch.nn.Linear(1, 1)), "step": 1}
+    path = tmp_path / "state.ckpt"
+    with pytest.raises(TypeError, match="Filter should be a dictionary, given 'model'") as refused:
+        lite.save(path, state, filter="model")  # type: ignore[arg-type]
+    assert isinstance(refused.value, core.ConfigurationError)
+    with pytest.raises(TypeError, match="for key 'model' to be a callable, given 'weight'"):
+        lite.save(path, state, filter={"model": "weight"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match=r"keys \{'optimizer'\} are not present in the state keys"):
+        lite.save(path, state, filter={"optimizer": lambda name, value: True})
+    with pytest.raises(core.ConfigurationError, match="applies to 'step', but its value is a int, not a state dict"):
+        lite.save(path, state, filter={"step": lambda name, value: True})  # Fabric saves the int whole (a difference)
+    assert not path.exists()
+    lite.save(path, state, filter={"model": lambda name, value: name == "weight"})
+    assert set(lite.load(path)["model"]) == {"weight"}

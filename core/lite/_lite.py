@@ -183,6 +183,30 @@ def _check_launched_function(function: object) -> None:
         )
 
 
+def _check_save_filter(state: Mapping[str, Any], filter: object) -> None:
+    """Refuse a ``save(filter=...)`` that is not a dict of functions over keys of ``state``, as Fabric does (a wrong
+    type is also a ``TypeError``, a key the state lacks a ``ValueError``)."""
+    if filter is None:
+        return
+    if not isinstance(filter, Mapping):
+        raise _ArgumentTypeError(
+            f"Filter should be a dictionary, given {filter!r}: save(filter={{'model': lambda name, value: ...}}) maps "
+            f"keys of the state to a function (name, value) -> bool choosing the entries to keep."
+        )
+    missing = set(filter) - set(state)
+    if missing:
+        raise ConfigurationError(
+            f"save(filter=...) names the key {sorted(missing)[0]!r}, which the state does not have: the filter keys "
+            f"{missing} are not present in the state keys {set(state)}. Filter only keys of the state saved."
+        )
+    for key, predicate in filter.items():
+        if not callable(predicate):
+            raise _ArgumentTypeError(
+                f"Expected `save(filter=...)` for key {key!r} to be a callable, given {predicate!r}: a function "
+                f"(name, value) -> bool choosing the entries of {key!r}'s state dict to keep."
+            )
+
+
 def _keywords_taken(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments ``method`` can take: all when it takes ``**kwargs`` or has no readable signature."""
     try:
@@ -1061,6 +1085,7 @@ class Lite:
             entries of that object's state dict to keep: ``filter={"model": lambda name, value: ...}``.
         """
         self._require_running("save")
+        _check_save_filter(state, filter)
         where = os.fspath(path)
         if self._hooks.strategy_save_state(path=where, state=_unwrapped(state), filter=filter):
             return  # a strategy that owns the objects (DeepSpeed's engine) wrote them itself
