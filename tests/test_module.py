@@ -69,25 +69,26 @@ def recording(base: type, names: list[str], calls: list[str], prefix: str) -> ty
     return type(f"Recording{base.__name__}", (base,), {name: wrap(name) for name in names})
 
 
-# The batch transfer hooks run before the batch-start hooks, and the *_model_eval/train hooks around the whole
-# evaluation, as in Lightning.
+# Lightning's order: the callbacks' hook first, then the Module's (on_train_epoch_end: the Module's between the
+# ordinary callbacks' and those of EarlyStopping / ModelCheckpoint). The batch transfer hooks run before the
+# batch-start hooks, and the *_model_eval/train hooks around the whole evaluation.
 VALIDATION = [
     "M.on_validation_model_eval",
     "C.on_validation_start", "M.on_validation_start", "C.on_validation_epoch_start", "M.on_validation_epoch_start",
     "M.on_before_batch_transfer", "M.on_after_batch_transfer",
     "C.on_validation_batch_start", "M.on_validation_batch_start", "M.validation_step",
-    "M.on_validation_batch_end", "C.on_validation_batch_end",
-    "M.on_validation_epoch_end", "C.on_validation_epoch_end", "M.on_validation_end", "C.on_validation_end",
+    "C.on_validation_batch_end", "M.on_validation_batch_end",
+    "C.on_validation_epoch_end", "M.on_validation_epoch_end", "C.on_validation_end", "M.on_validation_end",
     "M.on_validation_model_train",
 ]
 TRAINING_BATCH = [
     "M.on_before_batch_transfer", "M.on_after_batch_transfer",
     "C.on_train_batch_start", "M.on_train_batch_start",
-    "M.on_before_zero_grad", "C.on_before_zero_grad",
-    "M.training_step",
-    "M.on_before_backward", "C.on_before_backward", "M.on_after_backward", "C.on_after_backward",
-    "M.on_before_optimizer_step", "C.on_before_optimizer_step",
-    "M.on_train_batch_end", "C.on_train_batch_end",
+    "C.on_before_zero_grad", "M.on_before_zero_grad",
+    "M.training_step",  # after zero_grad: Lightning zeroes between the step and the backward (migrating guide)
+    "C.on_before_backward", "M.on_before_backward", "C.on_after_backward", "M.on_after_backward",
+    "C.on_before_optimizer_step", "M.on_before_optimizer_step",
+    "C.on_train_batch_end", "M.on_train_batch_end",
 ]
 
 
@@ -103,9 +104,9 @@ def test_fit_calls_the_hooks_in_the_documented_order() -> None:
         "C.on_sanity_check_start", *VALIDATION, "C.on_sanity_check_end",
         "C.on_train_start", "M.on_train_start",
         "C.on_train_epoch_start", "M.on_train_epoch_start",
-        *TRAINING_BATCH, *TRAINING_BATCH, *VALIDATION,
-        "M.on_train_epoch_end", "C.on_train_epoch_end",
-        "M.on_train_end", "C.on_train_end", "M.on_fit_end", "C.on_fit_end",
+        *TRAINING_BATCH, *TRAINING_BATCH, "M.on_validation_model_zero_grad", *VALIDATION,
+        "C.on_train_epoch_end", "M.on_train_epoch_end",
+        "C.on_train_end", "M.on_train_end", "C.on_fit_end", "M.on_fit_end",
         "C.teardown", "M.teardown",
     ]
 

@@ -7,7 +7,9 @@ that examples test before importing an optional package. Nothing here imports to
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import sys
 from typing import Any, Final
 
 from core.lightning._names import UnsupportedLightningName
@@ -66,13 +68,28 @@ def is_overridden(method_name: str, instance: object | None = None, parent: type
                 f"is_overridden({method_name!r}, {type(instance).__name__}) needs parent=: the instance is not a "
                 "LightningModule, LightningDataModule or Callback (core.Module, core.DataModule, core.Callback)."
             )
-    instance_attr = getattr(instance, method_name, None)
-    parent_attr = getattr(parent, method_name, None)
+    instance_attr = _unwrapped(getattr(instance, method_name, None))
+    parent_attr = _unwrapped(getattr(parent, method_name, None))
     if instance_attr is None or parent_attr is None:
         return False
     instance_code = getattr(getattr(instance_attr, "__func__", instance_attr), "__code__", None)
     parent_code = getattr(parent_attr, "__code__", None)
     return instance_code is not None and instance_code is not parent_code
+
+
+def _unwrapped(attr: Any) -> Any:
+    """The function behind ``attr``: through ``functools.wraps`` (``__wrapped__``), ``Mock(wraps=...)`` and
+    ``functools.partial``, as lightning_utilities' ``is_overridden`` looks through them."""
+    if attr is None:
+        return None
+    if hasattr(attr, "__wrapped__"):
+        attr = attr.__wrapped__
+    mock = sys.modules.get("unittest.mock")  # not imported: no object can be a Mock
+    if mock is not None and isinstance(attr, mock.Mock):
+        return attr._mock_wraps
+    if isinstance(attr, functools.partial):
+        return attr.func
+    return attr
 
 
 def is_wrapped(obj: object) -> bool:

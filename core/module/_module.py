@@ -219,10 +219,12 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     ) -> None:
         """Clip before each optimizer step; receives the Trainer's ``gradient_clip_val`` / ``_algorithm``.
 
-        Called at every step; the default clips only when ``gradient_clip_val`` is set.
+        Called at every step of automatic optimization; the default calls :meth:`clip_gradients` with them, which
+        clips only when ``gradient_clip_val`` is set.
         """
-        if gradient_clip_val:
-            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm or "norm")
+        self.clip_gradients(
+            optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
+        )
 
     def optimizer_step(
         self,
@@ -264,6 +266,11 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         if step_module is None:
             raise CoreError(f"{type(self).__qualname__}: the model's eval / train mode is switched during a run only.")
         return step_module
+
+    def on_validation_model_zero_grad(self) -> None:
+        """Called by fit before each validation (not the sanity check) outside an accumulation window: releases
+        the gradients, so validation does not hold their memory."""
+        self.zero_grad()
 
     def on_validation_model_eval(self) -> None:
         self._step_module().eval()
@@ -472,15 +479,60 @@ class Module(_HyperparametersMixin, torch.nn.Module):
             return None
         return schedulers[0] if len(schedulers) == 1 else schedulers
 
-    def manual_backward(self, loss: torch.Tensor) -> None:
-        """``loss.backward()`` through the strategy and precision, for manual optimization."""
-        self.trainer.lite.backward(loss)
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``loss.backward()`` through the strategy and precision, for manual optimization.
+
+        As in Lightning, it runs the callbacks' and then this Module's ``on_before_backward``, the :meth:`backward`
+        hook (extra arguments go to it), then the callbacks' and this Module's ``on_after_backward``.
+        """
+        trainer = self.trainer
+        for callback in trainer.callbacks:
+            callback.on_before_backward(trainer, self, loss)
+        self.on_before_backward(loss)
+        self.backward(loss, *args, **kwargs)
+        for callback in trainer.callbacks:
+            callback.on_after_backward(trainer, self)
+        self.on_after_backward()
 
     def clip_gradients(
-        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float, gradient_clip_algorithm: str = "norm"
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
     ) -> None:
-        """Clip this module's gradients by norm or by value (for manual optimization)."""
-        self.trainer.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        """Clip the gradients of ``optimizer``'s parameters by ``"norm"`` or ``"value"`` (Lightning's rules).
+
+        Left out, each argument is the Trainer's ``gradient_clip_val`` (no clipping when unset) /
+        ``gradient_clip_algorithm``; a value that contradicts a ``gradient_clip_val`` given to the Trainer is
+        refused. Call it from :meth:`configure_gradient_clipping`, or in ``training_step`` under manual optimization.
+        """
+        config = self.trainer.config
+        configured_val, configured_algorithm = config.gradient_clip_val, config.gradient_clip_algorithm
+        if gradient_clip_val is None:
+            gradient_clip_val = configured_val or 0.0
+        elif configured_val is not None and configured_val != gradient_clip_val:
+            raise ConfigurationError(
+                f"You have set `Trainer(gradient_clip_val={configured_val!r})` and have passed "
+                f"`clip_gradients(gradient_clip_val={gradient_clip_val!r})`. Please use only one of them: leave "
+                f"gradient_clip_val out of the call to clip by the Trainer's value."
+            )
+        if gradient_clip_algorithm is None:
+            gradient_clip_algorithm = configured_algorithm or "norm"
+        else:
+            gradient_clip_algorithm = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)).lower()
+            if gradient_clip_algorithm not in ("norm", "value") or (
+                    configured_val is not None and gradient_clip_algorithm != configured_algorithm):
+                raise ConfigurationError(
+                    f"You have set `Trainer(gradient_clip_algorithm={configured_algorithm!r})` and have passed "
+                    f"`clip_gradients(gradient_clip_algorithm={gradient_clip_algorithm!r})`: the allowed algorithms "
+                    f"are 'norm' and 'value', and the Trainer's applies when it clips (gradient_clip_val=...). "
+                    f"Please use only one of them."
+                )
+        if not isinstance(gradient_clip_val, (int, float)):
+            raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {gradient_clip_val!r}.")
+        if gradient_clip_val <= 0:
+            return
+        self.trainer.clip_gradients(optimizer, float(gradient_clip_val), gradient_clip_algorithm)
 
     def configure_model(self) -> None:
         """Create the layers here instead of in ``__init__`` to have them created for the strategy.
@@ -506,20 +558,33 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only ``optimizer``'s parameters require gradients until :meth:`untoggle_optimizer` (GAN-style loops).
 
-        The other parameters' ``requires_grad`` is remembered and restored by :meth:`untoggle_optimizer`.
+        As in Lightning, the parameters of the run's other optimizers stop requiring gradients (their
+        ``requires_grad`` is remembered for :meth:`untoggle_optimizer`); those of ``optimizer`` keep theirs, and a
+        parameter no optimizer holds is left alone.
         """
-        mine = {id(parameter) for group in optimizer.param_groups for parameter in group["params"]}
-        remembered: dict[int, tuple[torch.nn.Parameter, bool]] = {}
-        for parameter in self.parameters():
-            if id(parameter) not in mine:
-                remembered[id(parameter)] = (parameter, parameter.requires_grad)
-                parameter.requires_grad = False
+        remembered: dict[torch.nn.Parameter, bool] = {}
+        for other in self.trainer.optimizers:
+            for group in other.param_groups:
+                for parameter in group["params"]:
+                    if parameter not in remembered:
+                        remembered[parameter] = parameter.requires_grad
+                        parameter.requires_grad = False
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                parameter.requires_grad = remembered.get(parameter, parameter.requires_grad)
         self.__dict__["_toggled"] = remembered
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
-        """Restore the ``requires_grad`` that :meth:`toggle_optimizer` changed."""
-        for parameter, requires_grad in self.__dict__.pop("_toggled", {}).values():
-            parameter.requires_grad = requires_grad
+        """Give the parameters of the run's other optimizers back the ``requires_grad`` :meth:`toggle_optimizer`
+        remembered."""
+        remembered: dict[torch.nn.Parameter, bool] = self.__dict__.pop("_toggled", {})
+        for other in self.trainer.optimizers:
+            if other is optimizer or getattr(other, "optimizer", None) is optimizer:
+                continue
+            for group in other.param_groups:
+                for parameter in group["params"]:
+                    if parameter in remembered:
+                        parameter.requires_grad = remembered[parameter]
 
     @contextlib.contextmanager
     def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
@@ -655,6 +720,45 @@ class DataModule(_HyperparametersMixin):
         state = dict(self.__dict__)
         state["trainer"] = None
         return state
+
+    def __str__(self) -> str:
+        """The data each ``*_dataloader`` hands out now, one line per stage (Lightning's format)::
+
+            {Train dataloader: size=64}
+            {Validation dataloader: 1. size=32 ; 2. size=NA}
+            {Test dataloader: None}
+
+        ``size`` is the length of a loader's dataset (``NA`` when it has none); ``None`` where the method gives no
+        loader or raises (its datasets are not set up yet).
+        """
+        lines = []
+        for title, method in (("Train dataloader", "train_dataloader"), ("Validation dataloader", "val_dataloader"),
+                              ("Test dataloader", "test_dataloader"), ("Predict dataloader", "predict_dataloader")):
+            try:
+                described = _describe_loaders(getattr(self, method)())
+            except Exception:
+                described = "None"
+            lines.append(f"{{{title}: {described}}}")
+        return os.linesep.join(lines)
+
+
+def _describe_loaders(found: Any) -> str:
+    """``size=N`` for one loader (``NA`` without a length), ``1. size=N ; 2. ...`` for several, else ``None``."""
+    from torch.utils.data import DataLoader
+
+    def size(loader: Any) -> str:
+        if not isinstance(loader, DataLoader):
+            return "None"
+        dataset = loader.dataset
+        return f"size={len(dataset)}" if hasattr(dataset, "__len__") else "size=NA"
+
+    if isinstance(found, DataLoader):
+        return size(found)
+    several = list(found.values()) if isinstance(found, Mapping) else found
+    if isinstance(several, Sequence) and several:
+        return " ; ".join(f"{index}. {described}" if described != "None" else "None"
+                          for index, described in enumerate(map(size, several), start=1))
+    return "None"
 
 
 _WARNED: set[str] = set()

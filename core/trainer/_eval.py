@@ -119,12 +119,12 @@ def _run_batches(
                     trainer.run_state.predict_epoch_batch_indices[loader_index].append(indices)
             batch = transfer(raw_batch, loader_index)
             for hook in start_hooks:
-                hook(trainer, module, batch, batch_index, loader_index)
-            module_start(batch, batch_index, loader_index)
+                hook(trainer, module, batch, batch_index, *extra)
+            module_start(batch, batch_index, *extra)
             output = step_module(batch, batch_index, *extra) if with_index else step_module(batch, *extra)
-            module_end(output, batch, batch_index, loader_index)
             for hook in end_hooks:
-                hook(trainer, module, output, batch, batch_index, loader_index)
+                hook(trainer, module, output, batch, batch_index, *extra)
+            module_end(output, batch, batch_index, *extra)
             if outputs is not None and not store.filler:
                 kept.append(output)
         store.filler = False
@@ -157,13 +157,13 @@ def run_loop(
             getattr(module, loop.epoch_start)()
             _run_batches(trainer, loop, loaders, store, max_batches, outputs)
             store.enter(EPOCH)
-            getattr(module, loop.epoch_end)()
             hooks.call(loop.epoch_end, trainer, module)
+            getattr(module, loop.epoch_end)()
             values = store.compute_epoch()
             if record:
                 trainer.record_epoch_values(values, store, log=True)
-            getattr(module, loop.end)()
             hooks.call(loop.end, trainer, module)
+            getattr(module, loop.end)()
     finally:
         store.reset_metrics()  # torchmetrics objects start the next run empty (the sanity check's too)
         dispatcher.use(previous_step)

@@ -286,8 +286,8 @@ class FitLoop:
         hooks = trainer.run_state.hooks
         store.enter(EPOCH)
         trainer.record_epoch_values(store.compute_epoch(), store, log=False)
-        module.on_train_epoch_end()
         hooks.call_epoch_end(trainer, module, after_metrics=False)
+        module.on_train_epoch_end()
         trainer.record_epoch_values(store.compute_epoch(), store, log=True)
         if schedulers:
             step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics,
@@ -320,9 +320,9 @@ class FitLoop:
         progress.total_batches += 1
         due = self.has_val and self._val_due()
         progress.validated = not due
-        module.on_train_batch_end(output, batch, batch_idx)
         for end_hook in self.cb_batch_end:
             end_hook(trainer, module, output, batch, batch_idx)
+        module.on_train_batch_end(output, batch, batch_idx)
         if progress.global_step != steps_before and progress.global_step % self.log_every == 0 and trainer.loggers:
             self._log_step()
         if due:
@@ -341,6 +341,8 @@ class FitLoop:
         return count % self.val_every == 0
 
     def _validate(self) -> None:
+        if not self.backward_in_window:  # no gradients are waiting for a step: free them during validation
+            self.module.on_validation_model_zero_grad()
         validate_in_fit(self.trainer, self.val)
         self.trainer.run_state.progress.validated = True
 
@@ -353,43 +355,47 @@ class FitLoop:
         progress = self.trainer.run_state.progress
         accumulate = self.accumulate
         if accumulate == 1:
-            self._zero_grad(batch_idx)
             if self.custom_step:
-                return self._custom_step(batch, batch_idx)
-            output = self._forward_backward(batch, batch_idx)
+                return self._custom_step(batch, batch_idx, zero_grad=True)
+            output = self._forward_backward(batch, batch_idx, zero_grad=True)
             if self.backward_in_window:
                 self._optimizer_step(batch_idx)
             return output
         done = progress.batches_done
-        if done % accumulate == 0:
-            self._zero_grad(batch_idx)
+        first_of_window = done % accumulate == 0
         last_of_window = (done + 1) % accumulate == 0 or done + 1 >= self.train.batches
         if last_of_window:
             if self.custom_step:
-                return self._custom_step(batch, batch_idx)
-            output = self._forward_backward(batch, batch_idx)
+                return self._custom_step(batch, batch_idx, zero_grad=first_of_window)
+            output = self._forward_backward(batch, batch_idx, zero_grad=first_of_window)
             if self.backward_in_window:
                 self._optimizer_step(batch_idx)
         else:
             with self.lite.no_backward_sync(self.step_module):
-                output = self._forward_backward(batch, batch_idx)
+                output = self._forward_backward(batch, batch_idx, zero_grad=first_of_window)
         return output
 
-    def _forward_backward(self, batch: Any, batch_idx: int) -> Any:
+    def _forward_backward(self, batch: Any, batch_idx: int, zero_grad: bool) -> Any:
+        """On the first batch of an accumulation window the optimizers' ``zero_grad``, then ``training_step`` and
+        the backward of its loss: Lightning's closure, except that Lightning zeroes between the step and the
+        backward. Here the gradients are zeroed first because a strategy may compute them inside the step (the
+        pipeline schedule runs every backward pass in the set-up module's forward)."""
         trainer, module = self.trainer, self.module
+        if zero_grad:
+            self._zero_grad(batch_idx)
         output = self.step_module(batch, batch_idx) if self.step_takes_index else self.step_module(batch)
         loss = loss_of(output)
         if loss is None:
             return output
         if self.accumulate > 1:
             loss = loss / self.accumulate
-        module.on_before_backward(loss)
         for hook in self.cb_before_backward:
             hook(trainer, module, loss)
+        module.on_before_backward(loss)
         self.backward(loss)
-        module.on_after_backward()
         for hook in self.cb_after_backward:
             hook(trainer, module)
+        module.on_after_backward()
         self.backward_in_window = True
         return output
 
@@ -397,17 +403,17 @@ class FitLoop:
         trainer, module = self.trainer, self.module
         epoch = trainer.run_state.progress.epoch
         for optimizer in self.optimizers:
-            module.on_before_zero_grad(optimizer)
             for hook in self.cb_before_zero_grad:
                 hook(trainer, module, optimizer)
+            module.on_before_zero_grad(optimizer)
             module.optimizer_zero_grad(epoch, batch_idx, optimizer)
 
     def _before_step(self, optimizer: Any) -> None:
         """The hooks between the last backward of a step and the step: on_before_optimizer_step, clipping."""
         trainer, module = self.trainer, self.module
-        module.on_before_optimizer_step(optimizer)
         for hook in self.cb_before_step:
             hook(trainer, module, optimizer)
+        module.on_before_optimizer_step(optimizer)
         module.configure_gradient_clipping(optimizer, gradient_clip_val=self.clip_value,
                                            gradient_clip_algorithm=trainer.config.gradient_clip_algorithm)
 
@@ -421,25 +427,24 @@ class FitLoop:
     def _step_optimizer(optimizer: Any) -> None:
         optimizer.step()
 
-    def _custom_step(self, batch: Any, batch_idx: int) -> Any:
+    def _custom_step(self, batch: Any, batch_idx: int, zero_grad: bool) -> Any:
         """An overridden ``optimizer_step``: the forward and backward run in the closure it hands to the optimizer.
 
-        A second call of the closure (LBFGS evaluates several times) zeroes the gradients first, unless gradients
-        are being accumulated; the step counts once the Module's ``optimizer_step`` returns.
+        Each call of the closure (LBFGS evaluates several times) zeroes the gradients when the batch opens an
+        accumulation window, then runs ``training_step`` and the backward; the step counts once the Module's
+        ``optimizer_step`` returns.
         """
         module, epoch = self.module, self.trainer.run_state.progress.epoch
         outputs: list[Any] = []
         for optimizer in self.optimizers:
 
             def closure(optimizer: Any = optimizer) -> Any:
-                if outputs and self.accumulate == 1:
-                    module.optimizer_zero_grad(epoch, batch_idx, optimizer)
-                output = self._forward_backward(batch, batch_idx)
+                output = self._forward_backward(batch, batch_idx, zero_grad=zero_grad)
                 outputs.append(output)
                 self._before_step(optimizer)
                 return loss_of(output)
 
-            module.optimizer_step(epoch, batch_idx, optimizer, optimizer_closure=closure)
+            module.optimizer_step(epoch, batch_idx, optimizer, closure)
         self._after_step()
         return outputs[-1] if outputs else None
 
@@ -452,13 +457,25 @@ class FitLoop:
                             module.lr_scheduler_step)
 
     def _count_manual_steps(self) -> list[Any]:
-        """With manual optimization, every optimizer step the Module takes counts as a global step."""
-        progress = self.trainer.run_state.progress
+        """With manual optimization, every optimizer step the Module takes counts as a global step, and runs the
+        callbacks' and the Module's ``on_before_optimizer_step`` first (as Lightning's optimizer wrapper does)."""
+        trainer, module, progress = self.trainer, self.module, self.trainer.run_state.progress
 
         def count(*_: Any) -> None:
             progress.global_step += 1
 
-        return [optimizer.optimizer.register_step_post_hook(count) for optimizer in self.optimizers]
+        def before_step(optimizer: Any) -> Callable[..., None]:
+            def hooks(*_: Any) -> None:
+                for hook in self.cb_before_step:
+                    hook(trainer, module, optimizer)
+                module.on_before_optimizer_step(optimizer)
+            return hooks
+
+        handles = []
+        for optimizer in self.optimizers:
+            handles.append(optimizer.optimizer.register_step_pre_hook(before_step(optimizer)))
+            handles.append(optimizer.optimizer.register_step_post_hook(count))
+        return handles
 
 
 def run_fit(
@@ -469,16 +486,18 @@ def run_fit(
     assert module is not None
     hooks.call("on_fit_start", trainer, module)
     module.on_fit_start()
+    module.zero_grad()  # no gradients left from before the run (Lightning's start of every stage)
     loop = FitLoop(trainer, train, val, reload)
     if loop.has_val and trainer.config.num_sanity_val_steps != 0:
         validate_in_fit(trainer, val, sanity=True)
+    loop.store.enter(EPOCH)  # what on_train_start logs is an epoch value of the first epoch, as in Lightning
     hooks.call("on_train_start", trainer, module)
     module.on_train_start()
     loop.run()
-    module.on_train_end()
     hooks.call("on_train_end", trainer, module)
-    module.on_fit_end()
+    module.on_train_end()
     hooks.call("on_fit_end", trainer, module)
+    module.on_fit_end()
 
 
 def steps_with_a_closure(optimizer: Any) -> bool:

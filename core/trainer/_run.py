@@ -255,9 +255,16 @@ def _check_same_hparams(module_params: Mapping[str, Any], datamodule_params: Map
 
 
 def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, Any]) -> dict[str, Any]:
+    """The loaders of ``stage``, set up for this run: ``{"train": ..., "val": [...]}`` for fit, else the loop's.
+
+    As in Lightning, the evaluation loaders are asked for before the training loader, and not at all when the
+    loop's ``limit_*_batches`` is 0 or the Module has no step for it.
+    """
     module, datamodule = trainer.module, trainer.datamodule
     assert module is not None  # attached before
     prepared: dict[str, Any] = {}
+    loop = EVAL_LOOP_OF_STAGE[stage]
+    prepared[loop.data] = _set_up_eval_data(trainer, lite, stage, loaders)
     if stage == "fit":
         found = find_loaders("train", "train_dataloader", loaders.get("train"), datamodule, module)
         if len(found) != 1:
@@ -269,27 +276,36 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
                                                  overfit=bool(trainer.config.overfit_batches),
                                                  use_distributed_sampler=trainer.config.use_distributed_sampler)
         trainer.num_training_batches = prepared["train"].batches
+    return prepared
+
+
+def _set_up_eval_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, Any]) -> list[Any]:
+    """The evaluation loaders of ``stage`` (fit's validation loaders), set up; ``[]`` when the loop does not run."""
+    module, datamodule = trainer.module, trainer.datamodule
+    assert module is not None  # attached before
     loop = EVAL_LOOP_OF_STAGE[stage]
     limit = getattr(trainer.config, loop.limit_flag)
     if stage == "fit" and not overrides(module, loop.step):
         _skip_validation(trainer, loaders.get(loop.data), datamodule, module)
-        prepared[loop.data] = []
         setattr(trainer, loop.batch_counts, [])
-        return prepared
+        return []
     if stage in ("validate", "test") and not overrides(module, loop.step):
         raise ConfigurationError(
             f"{stage}() runs {type(module).__qualname__}.{loop.step}(), which it does not override: define "
             f"{loop.step}(self, batch, batch_idx)."
         )
+    if limit == 0:  # the loop is off: its data is not even asked for (Lightning's rule)
+        setattr(trainer, loop.batch_counts, [])
+        return []
     found = find_loaders(loop.data, loop.dataloader, loaders.get(loop.data), datamodule, module)
     if not found and stage != "fit":
         raise ConfigurationError(
             f"{stage}() found no {loop.data} data: pass dataloaders=, or give the DataModule / Module a "
             f"{loop.dataloader}()."
         )
-    prepared[loop.data] = [prepare_eval_loader(lite, loader, limit, loop.limit_flag,
-                                               trainer.config.use_distributed_sampler) for loader in found]
-    setattr(trainer, loop.batch_counts, [loader.batches for loader in prepared[loop.data]])
+    prepared = [prepare_eval_loader(lite, loader, limit, loop.limit_flag, trainer.config.use_distributed_sampler)
+                for loader in found]
+    setattr(trainer, loop.batch_counts, [loader.batches for loader in prepared])
     return prepared
 
 
@@ -346,15 +362,16 @@ def run_stage(
         _apply_benchmark(trainer.config.benchmark, trainer.config.deterministic)
         _prepare_data(lite, datamodule, module)
         if datamodule is not None:
-            datamodule.setup(stage)
-        trainer.run_state.hooks.call("setup", trainer, module, stage)
-        module.setup(stage)
+            datamodule.setup(stage=stage)
+        for setup in trainer.run_state.hooks["setup"]:
+            setup(trainer, module, stage=stage)
+        module.setup(stage=stage)
         with lite.init_module(empty_init=False):
             module.configure_model()  # layers created here are created for the strategy (Lightning's hook)
         if trainer.config.sync_batchnorm:
             _convert_sync_batchnorm(lite, module)
-        data = _set_up_data(trainer, lite, stage, loaders)  # first: configure_optimizers may read its length
         if stage == "fit":
+            data = _set_up_data(trainer, lite, stage, loaders)  # first: configure_optimizers may read its length
             _check_optimization_flags(trainer, module)
             _set_up_model_and_optimizers(trainer, lite, module)
         else:
@@ -363,13 +380,18 @@ def run_stage(
         trainer.run_state.ckpt_path = path
         if path is not None:
             restore_checkpoint_state(trainer, path, weights_only=stage != "fit")
+        if stage != "fit":
+            module.zero_grad()  # no gradients left from before the run (Lightning's start of every stage)
+            data = _set_up_data(trainer, lite, stage, loaders)
         if stage == "fit":
             _log_hyperparameters(trainer, module, datamodule)
             reload = (lambda: _set_up_data(trainer, lite, "fit", loaders)) if (
                 trainer.config.reload_dataloaders_every_n_epochs) else None
             with torch.autograd.set_detect_anomaly(trainer.config.detect_anomaly):
                 run_fit(trainer, data["train"], data["val"], reload)
-            result = None
+            result: Any = None
+        elif not data[EVAL_LOOP_OF_STAGE[stage].data]:  # the loop is off (limit 0): no hook runs
+            result = None if stage == "predict" else []
         elif stage == "predict":
             result = run_predict(trainer, data["predict"])
         else:
@@ -381,10 +403,11 @@ def run_stage(
         raise
     finally:
         try:
-            trainer.run_state.hooks.call("teardown", trainer, module, stage)
-            module.teardown(stage)
             if datamodule is not None:
-                datamodule.teardown(stage)
+                datamodule.teardown(stage=stage)
+            for teardown in trainer.run_state.hooks["teardown"]:
+                teardown(trainer, module, stage=stage)
+            module.teardown(stage=stage)
             if trainer.is_global_zero:
                 for logger in trainer.loggers:
                     logger.finalize(status)
