@@ -59,7 +59,6 @@ __all__ = ["Lite", "LiteDataLoader", "LiteModule", "LiteOptimizer"]
 
 T = TypeVar("T")
 
-
 _NO_FUNCTION: Final = object()
 """``launch()``'s default: no function given (``None`` given is the mistake ``launch(train())``)."""
 
@@ -67,6 +66,7 @@ _NO_FUNCTION: Final = object()
 class _ArgumentTypeError(ConfigurationError, TypeError):
     """An argument of the wrong type: a :class:`core.ConfigurationError` that is also the ``TypeError`` Fabric raises
     for it, so that code catching either keeps working."""
+
 
 _NEW: Final = "new"
 _RUNNING: Final = "running"
