@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import torch
-from test_callbacks_monitoring import Recorder
 from torch.utils.data import DataLoader, TensorDataset
 
 import core
@@ -116,26 +115,6 @@ def test_one_training_step_and_one_backward_then_every_optimizer_steps() -> None
     assert len(trainer.optimizers) == 2
     after = [layer.weight.detach() for layer in (model.first, model.second)]
     assert all(not torch.equal(old, new) for old, new in zip(before, after, strict=True)), "an optimizer did not step"
-
-
-def test_the_module_is_detached_after_fit_and_the_trainer_keeps_the_run() -> None:
-    model = _TwoOptimizers()
-    trainer = _fit(model, limit_train_batches=1, limit_val_batches=0)
-    with pytest.raises(core.CoreError):
-        model.trainer  # noqa: B018 (the property is the check)
-    with pytest.raises(core.CoreError):
-        model.optimizers()
-    assert trainer.model is model and len(trainer.optimizers) == 2
-    assert model.device == torch.device("cpu")
-
-
-def test_logged_steps_count_the_optimizer_steps_taken_and_evaluation_sends_only_epoch_values() -> None:
-    recorder = Recorder()
-    _fit(_TwoOptimizers(), logger=recorder, log_every_n_steps=2, limit_train_batches=4, limit_val_batches=2)
-    training = [step for step, names in recorder.records if "train_loss" in names]
-    assert training == [2, 4], recorder.records  # Lightning: 1 and 3 (the count before the step)
-    evaluation = {name for _, names in recorder.records for name in names if name.startswith("val_loss")}
-    assert evaluation == {"val_loss_epoch"}, recorder.records  # Lightning also sends val_loss_step
 
 
 def test_seed_everything_sets_cores_variables_for_spawned_processes(monkeypatch: pytest.MonkeyPatch) -> None:

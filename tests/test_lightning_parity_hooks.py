@@ -372,3 +372,17 @@ def test_a_datamodule_prints_the_size_of_each_stages_data() -> None:
         "{Train dataloader: size=64}", "{Validation dataloader: 1. size=16 ; 2. size=NA}",
         "{Test dataloader: None}", "{Predict dataloader: None}",
     ])
+
+
+def test_the_module_keeps_its_trainer_after_fit_but_is_no_longer_running() -> None:
+    module = Tiny()
+    fitted = trainer(max_steps=1, limit_val_batches=0)
+    fitted.fit(module, loader(2))
+    assert module.trainer is fitted  # as in Lightning: model.trainer and model.optimizers() still answer
+    assert module.optimizers() is fitted.optimizers[0]
+    assert not module.attached and module.device == torch.device("cpu")
+    with pytest.warns(core.CoreWarning, match="outside a Trainer run does nothing"):
+        module.log("after_fit", 1.0)
+    again = trainer(limit_val_batches=0)
+    again.predict(module, loader(2))
+    assert module.trainer is again  # the next Trainer takes it

@@ -299,6 +299,8 @@ class Module(_HyperparametersMixin, torch.nn.Module):
 
     @property
     def trainer(self) -> TrainerView:
+        """The Trainer that runs this module, or ran it last: as in Lightning, it stays after ``fit`` returns (so
+        ``self.trainer`` and ``self.optimizers()`` still answer) until another Trainer takes the module."""
         trainer: TrainerView | None = self.__dict__.get("_trainer")
         if trainer is None:
             raise CoreError(f"{type(self).__qualname__} is not attached to a Trainer; use it inside trainer.fit(...).")
@@ -306,13 +308,20 @@ class Module(_HyperparametersMixin, torch.nn.Module):
 
     @trainer.setter
     def trainer(self, trainer: TrainerView | None) -> None:
-        """Attach the Trainer running this module (``None``: detach); the Trainer does it at a run's start and end."""
+        """Attach the Trainer about to run this module (``None``: forget it); the Trainer does it at a run's start."""
         self.__dict__["_trainer"] = trainer
+        self.__dict__["_running"] = trainer is not None
+
+    def end_run(self) -> None:
+        """Called by the Trainer when fit / validate / test / predict returns: the module keeps :attr:`trainer`, but
+        :attr:`attached` is ``False`` again, so :attr:`device` is where the parameters are and ``self.log`` does
+        nothing."""
+        self.__dict__["_running"] = False
 
     @property
     def attached(self) -> bool:
         """Whether a Trainer is running this module now."""
-        return self.__dict__.get("_trainer") is not None
+        return self.__dict__.get("_trainer") is not None and bool(self.__dict__.get("_running"))
 
     @property
     def automatic_optimization(self) -> bool:
@@ -326,9 +335,8 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     @property
     def device(self) -> torch.device:
         """The device of this process during a run; otherwise where the first parameter lives."""
-        trainer = self.__dict__.get("_trainer")
-        if trainer is not None:
-            return trainer.lite.device
+        if self.attached:
+            return self.trainer.lite.device
         parameter = next(self.parameters(), None)
         return parameter.device if parameter is not None else torch.device("cpu")
 
@@ -338,8 +346,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
 
         Read it in :meth:`configure_model` to parallelize the layers (Lightning's ``self.device_mesh``).
         """
-        trainer = self.__dict__.get("_trainer")
-        return trainer.lite.device_mesh if trainer is not None else None
+        return self.trainer.lite.device_mesh if self.attached else None
 
     @property
     def example_input_array(self) -> Any:
@@ -420,7 +427,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
             must be an attribute of the Module (a submodule, as in Lightning): its state moves and is saved with it.
         """
         trainer = self.__dict__.get("_trainer")
-        if trainer is None:
+        if trainer is None or not self.attached:
             _warn_once(f"{type(self).__qualname__}.log({name!r}) outside a Trainer run does nothing.")
             return
         if trainer.barebones:
@@ -632,6 +639,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_trainer"] = None  # a live trainer (its processes, files) does not travel with the module
+        state["_running"] = False
         state.pop("_toggled", None)
         return state
 

@@ -51,6 +51,8 @@ class Outcome:
 
     def apply(self, trainer: Trainer, module: Module) -> Any:
         module.load_state_dict(self.module_state)
+        module.trainer = trainer  # the caller's module keeps the Trainer that ran it, as after a run in this process
+        module.end_run()
         trainer.run_state.progress = FitProgress.from_dict(self.progress)
         for callback in trainer.callbacks:
             if callback.state_key in self.callback_states:
@@ -216,9 +218,7 @@ def _with_model_callbacks(callbacks: list[Callback], module: Module) -> list[Cal
 
 
 def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
-    module.trainer = None
-    if datamodule is not None:
-        datamodule.trainer = None
+    module.end_run()  # it keeps its trainer, as in Lightning (model.trainer, model.optimizers() after fit)
     trainer.state = None
     trainer.sanity_checking = False
     trainer.run_state.step_module = None
@@ -463,5 +463,5 @@ def save_after_fit(lite: Lite, trainer: Trainer, module: Module, filepath: str, 
             lite._hooks.precision_load_state_dict(state=trainer.run_state.fit_precision_state)
         lite.save(filepath, saved_checkpoint_state(trainer, weights_only=weights_only))
     finally:
-        module.trainer = None
+        module.end_run()
         trainer.run_state.step_module = None
