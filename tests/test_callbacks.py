@@ -199,9 +199,9 @@ def test_learning_rate_monitor_logs_the_rate_each_epoch_or_step_used(interval: s
         enable_checkpointing=False)
     rates = [(step, metrics["lr-SGD"]) for step, metrics in recorder.rows if "lr-SGD" in metrics]
     if interval == "epoch":
-        assert rates == [(2, 0.1), (4, 0.05)]
+        assert rates == [(1, 0.1), (3, 0.05)]  # under the last batch of each epoch (Lightning: its first)
     else:
-        assert rates == [(1, 0.1), (2, 0.05), (3, 0.025), (4, 0.0125)]
+        assert rates == [(0, 0.1), (1, 0.05), (2, 0.025), (3, 0.0125)]  # under each batch's step, as in Lightning
 
 
 def test_learning_rate_monitor_needs_a_logger() -> None:

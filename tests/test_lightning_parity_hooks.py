@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 import core
 from core.callbacks import Callback
 from core.lightning._helpers import is_overridden  # what lightning.pytorch.utilities.model_helpers names
+from core.profilers import SimpleProfiler
 
 
 def loader(samples: int = 4, batch_size: int = 2) -> DataLoader[Any]:
@@ -386,3 +387,19 @@ def test_the_module_keeps_its_trainer_after_fit_but_is_no_longer_running() -> No
     again = trainer(limit_val_batches=0)
     again.predict(module, loader(2))
     assert module.trainer is again  # the next Trainer takes it
+
+
+def test_a_profiler_times_the_datamodules_hooks_under_lightnings_names() -> None:
+    class Data(core.DataModule):
+        def prepare_data(self) -> None:
+            pass
+
+        def train_dataloader(self) -> Any:
+            return loader(2)
+
+    data = Data()
+    profiler = SimpleProfiler()
+    trainer(max_steps=1, limit_val_batches=0, profiler=profiler).fit(Tiny(), datamodule=data)
+    for hook in ("prepare_data", "setup", "teardown"):
+        assert len(profiler.recorded_durations[f"[LightningDataModule]Data.{hook}"]) == 1
+    assert "setup" not in vars(data)  # the timed hooks were the run's only

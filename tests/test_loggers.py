@@ -58,13 +58,14 @@ def test_the_csv_has_one_row_per_logged_step(tmp_path: Path) -> None:
 
     steps = [int(row["step"]) for row in rows]
     assert steps == sorted(set(steps)), "each step appears once, in order"
-    # Step values every 2 steps; the end of each epoch (steps 5, 10, 15) adds its validation loss.
-    assert steps == [2, 4, 5, 6, 8, 10, 12, 14, 15]
+    # Step values every 2 steps, each under the count of steps before it (Lightning's numbering: the 2nd step's
+    # values at 1); the end of each epoch adds its validation loss at its last step's number (4, 9, 14).
+    assert steps == [1, 3, 4, 5, 7, 9, 11, 13, 14]
     by_step = {int(row["step"]): row for row in rows}
-    assert by_step[5]["val_loss"] and not by_step[5]["train_loss"]
-    assert by_step[10]["val_loss"] and by_step[10]["train_loss"], "values of the same step share its row"
+    assert by_step[4]["val_loss"] and not by_step[4]["train_loss"]
+    assert by_step[9]["val_loss"] and by_step[9]["train_loss"], "values of the same step share its row"
     assert [row["epoch"] for row in rows] == ["0", "0", "0", "1", "1", "1", "2", "2", "2"]
-    assert float(by_step[15]["val_loss"]) == pytest.approx(float(trainer.callback_metrics["val_loss"]))
+    assert float(by_step[14]["val_loss"]) == pytest.approx(float(trainer.callback_metrics["val_loss"]))
 
 
 def test_hyperparameters_are_written_and_each_run_gets_a_new_version(tmp_path: Path) -> None:
@@ -94,9 +95,9 @@ def test_tensorboard_event_files_hold_the_logged_scalars(tmp_path: Path) -> None
     events = EventAccumulator(trainer.log_dir)
     events.Reload()
     assert {"train_loss", "val_loss", "epoch"} <= set(events.Tags()["scalars"])
-    assert [event.step for event in events.Scalars("train_loss")] == [2, 4, 6, 8, 10, 12, 14]
+    assert [event.step for event in events.Scalars("train_loss")] == [1, 3, 5, 7, 9, 11, 13]  # Lightning's numbering
     last = events.Scalars("val_loss")[-1]
-    assert last.step == 15 and last.value == pytest.approx(float(trainer.callback_metrics["val_loss"]), rel=1e-6)
+    assert last.step == 14 and last.value == pytest.approx(float(trainer.callback_metrics["val_loss"]), rel=1e-6)
     assert (Path(trainer.log_dir) / "hparams.json").exists()
 
 

@@ -22,6 +22,18 @@ def _installed(name: str) -> bool:
         return False
 
 
+def _at_least(distribution: str, minimum: str) -> bool:
+    """Whether ``distribution`` is installed at version ``minimum`` or later."""
+    import importlib.metadata
+
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(importlib.metadata.version(distribution)) >= Version(minimum)
+    except (importlib.metadata.PackageNotFoundError, InvalidVersion):
+        return False
+
+
 _TORCHVISION_AVAILABLE: Final = _installed("torchvision")
 _TENSORBOARD_AVAILABLE: Final = _installed("tensorboard")
 _TENSORBOARDX_AVAILABLE: Final = _installed("tensorboardX")
@@ -29,6 +41,8 @@ _WANDB_AVAILABLE: Final = _installed("wandb")
 _MLFLOW_AVAILABLE: Final = _installed("mlflow")
 _JSONARGPARSE_SIGNATURES_AVAILABLE: Final = _installed("jsonargparse") and _installed("docstring_parser")
 _RICH_AVAILABLE: Final = _installed("rich")
+_TORCHMETRICS_GREATER_EQUAL_0_11: Final = _at_least("torchmetrics", "0.11.0")
+"""Whether torchmetrics has its ``task=`` API (``Accuracy(task="multiclass", num_classes=2)``)."""
 _OMEGACONF_AVAILABLE: Final = _installed("omegaconf")
 _COMET_AVAILABLE: Final = False
 """False whether or not comet_ml is installed: core has no CometLogger, so a program should take its other branch."""

@@ -100,7 +100,8 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
         "_materialize_meta_tensors": Target("core.toolkit.tensors", "materialize_meta_tensors"),
     },
     "pytorch.utilities.imports": {
-        name: Target(_H, name) for name in ("_TORCHVISION_AVAILABLE", "_RICH_AVAILABLE", "_OMEGACONF_AVAILABLE")
+        name: Target(_H, name) for name in ("_TORCHVISION_AVAILABLE", "_RICH_AVAILABLE", "_OMEGACONF_AVAILABLE",
+                                            "_TORCHMETRICS_GREATER_EQUAL_0_11")
     },
     "fabric.loggers.tensorboard": {
         "_TENSORBOARD_AVAILABLE": Target(_H, "_TENSORBOARD_AVAILABLE"),

@@ -1,7 +1,8 @@
 """The evaluation loops: validation (inside fit, and ``Trainer.validate``), test and predict.
 
 Each run of a loop records into a fresh :class:`MetricStore`; its epoch values become
-``trainer.callback_metrics`` and go to the loggers at the current global step (not for the sanity check).
+``trainer.callback_metrics`` and go to the loggers at the trainer's logger step, its step values after each batch
+under the count of that loader's batches, as in Lightning (neither for the sanity check).
 The model runs in eval mode under ``torch.inference_mode`` (or ``no_grad``), through the set-up module,
 and every module's train / eval mode is put back afterwards.
 """
@@ -125,11 +126,26 @@ def _run_batches(
             for hook in end_hooks:
                 hook(trainer, module, output, batch, batch_index, *extra)
             module_end(output, batch, batch_index, *extra)
+            if not store.filler and not trainer.sanity_checking:
+                _log_step_values(trainer, store, loader_index)
             if outputs is not None and not store.filler:
                 kept.append(output)
         store.filler = False
         if outputs is not None:
             outputs.append(kept)
+
+
+def _log_step_values(trainer: Trainer, store: MetricStore, loader_index: int) -> None:
+    """The batch's step values (``self.log(..., on_step=True)``) go to the loggers at once, as in Lightning: under the
+    number of this loader's batches done before it in this entry point (fit's validations continue the count); those
+    logged with ``prog_bar=True`` stay in ``progress_bar_metrics`` (not in ``callback_metrics``, as in Lightning)."""
+    seen = trainer.run_state.eval_logged_batches
+    step = seen.get(loader_index, 0)
+    seen[loader_index] = step + 1
+    metrics = store.step_metrics(for_logger=True)
+    if metrics:
+        trainer.log_to_loggers(metrics, step=step)
+    trainer.run_state.eval_step_bar.update(store.step_metrics(for_logger=False, for_prog_bar=True))
 
 
 def run_loop(

@@ -41,8 +41,9 @@ def reduction_name(name: str, reduce_fx: Any) -> str:
         chosen = next((word for function, word in by_function.items() if reduce_fx is function), "")
     if chosen not in REDUCE_FXS:
         raise ConfigurationError(
-            f"self.log({name!r}, reduce_fx={reduce_fx!r}): expected one of {list(REDUCE_FXS)} (or 'avg', or "
-            f"torch.mean / torch.sum / torch.max / torch.min)."
+            f"self.log({name!r}, reduce_fx={reduce_fx!r}): only `self.log(..., reduce_fx={{min,max,mean,sum}})` are "
+            f"supported (also 'avg', any case, and torch.mean / torch.sum / torch.max / torch.min). If you need a "
+            f"custom reduction, log a `torchmetrics.Metric` instance instead."
         )
     return chosen
 
@@ -244,6 +245,7 @@ class MetricStore:
         self._on_step_default, self._on_epoch_default = _DEFAULTS[TRAIN_BATCH]
         self._suffix = ""
         self.filler = False  # an evaluation batch that only keeps the processes in step: counts for nothing
+        self._restored = False  # the state came from a checkpoint (load_state_dict)
 
     # -- what the loops call -------------------------------------------------------------------------
 
@@ -394,14 +396,15 @@ class MetricStore:
 
     # -- reading values back -------------------------------------------------------------------------
 
-    def step_metrics(self, for_logger: bool) -> dict[str, float]:
-        """The step values logged during the latest batch (one ``.item()`` each: call at logging steps)."""
+    def step_metrics(self, for_logger: bool, for_prog_bar: bool = False) -> dict[str, float]:
+        """The step values logged during the latest batch (one ``.item()`` each: call at logging steps), only those
+        logged with ``logger=True`` if ``for_logger``, with ``prog_bar=True`` if ``for_prog_bar``."""
         latest = self.batch_index
         return {
             entry.step_key: float(entry.step_value)
             for entry in self.entries.values()
             if entry.on_step and entry.step_batch == latest and entry.step_value is not None
-            and (entry.logger or not for_logger)
+            and (entry.logger or not for_logger) and (entry.prog_bar or not for_prog_bar)
         }
 
     def forked_names(self) -> dict[str, str]:
@@ -411,12 +414,13 @@ class MetricStore:
         """
         return {entry.key: entry.epoch_key for entry in self.entries.values() if entry.on_step and entry.on_epoch}
 
-    def latest_step_values(self) -> dict[str, torch.Tensor | float]:
-        """The latest step value of every name, whichever batch logged it (no conversion)."""
+    def latest_step_values(self, for_logger: bool = False) -> dict[str, torch.Tensor | float]:
+        """The latest step value of every name (only those logged with ``logger=True`` if ``for_logger``),
+        whichever batch logged it (no conversion)."""
         return {
             entry.step_key: entry.step_value
             for entry in self.entries.values()
-            if entry.on_step and entry.step_value is not None
+            if entry.on_step and entry.step_value is not None and (entry.logger or not for_logger)
         }
 
     def compute_epoch(self) -> dict[str, float]:
@@ -452,6 +456,10 @@ class MetricStore:
         return results
 
     def reset_epoch(self) -> None:
+        """Start a new epoch's accumulation. Before the run's first batch it keeps what was logged (values logged in
+        ``on_train_start`` belong to the first epoch, as in Lightning), unless the state came from a checkpoint."""
+        if self.batch_index == -1 and not self._restored:
+            return
         for entry in self.entries.values():
             entry.reset_epoch()
 
@@ -483,6 +491,7 @@ class MetricStore:
         return {name: entry.state() for name, entry in self.entries.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._restored = True
         self.entries = {}
         for name, saved in state.items():
             prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist = saved["options"]

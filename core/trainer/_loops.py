@@ -1,20 +1,23 @@
 """The fit loop: epochs of training batches, validation at its interval, and where a checkpoint resumes.
 
-A training batch, with automatic optimization::
+A training batch, with automatic optimization (each hook: the callbacks', then the Module's, as in Lightning)::
 
-    on_train_batch_start                       (callbacks, then the Module; -1 from the Module ends the epoch)
-    [first batch of an accumulation window]    on_before_zero_grad, optimizer.zero_grad() for each optimizer
+    on_train_batch_start                       (-1 from the Module ends the epoch)
+    [first batch of an accumulation window]    on_before_zero_grad, optimizer_zero_grad for each optimizer
     training_step (as the set-up module's forward; under no_backward_sync unless it is the window's last)
-    on_before_backward, Lite.backward(loss / accumulate_grad_batches), on_after_backward
-    [last batch of the window]                 on_before_optimizer_step, clipping, optimizer.step() for each
-                                               optimizer; global_step += 1; step-interval schedulers
-    on_train_batch_end                         (the Module, then callbacks; checkpoints by step save here)
+    on_before_backward, the Module's backward(loss / accumulate_grad_batches), on_after_backward
+    [last batch of the window]                 on_before_optimizer_step, configure_gradient_clipping, the step
+                                               of each optimizer; global_step += 1; step-interval schedulers
+    on_train_batch_end                         (checkpoints by step save here)
     step metrics to the loggers every log_every_n_steps optimizer steps
-    validation, when its interval is reached
+    on_validation_model_zero_grad and validation, when its interval is reached
+
+With an overridden ``optimizer_step`` (or an optimizer that needs a closure, LBFGS) everything from the zeroing to
+the clipping runs in the closure the Module's ``optimizer_step`` hands to the optimizer.
 
 The end of an epoch::
 
-    epoch values of the training metrics  ->  on_train_epoch_end (Module, then ordinary callbacks)
+    epoch values of the training metrics  ->  on_train_epoch_end (ordinary callbacks, then the Module)
     epoch values again (with what those hooks logged) to the loggers; epoch-interval schedulers
     on_train_epoch_end of EarlyStopping and ModelCheckpoint  (a checkpoint here resumes at the next epoch)
 
@@ -306,6 +309,8 @@ class FitLoop:
         """Train on one batch; ``True`` when the epoch must end here."""
         trainer, progress, module = self.trainer, self.trainer.run_state.progress, self.module
         self.store.new_batch(raw_batch)
+        # The loggers' step for this batch's values, Lightning's count: batches that stepped before it.
+        trainer.run_state.batch_logger_step = progress.global_step if self.automatic else progress.total_batches
         batch = self.transfer(raw_batch, 0)
         for hook in self.cb_batch_start:
             hook(trainer, module, batch, batch_idx)
@@ -490,6 +495,7 @@ def run_fit(
     loop = FitLoop(trainer, train, val, reload)
     if loop.has_val and trainer.config.num_sanity_val_steps != 0:
         validate_in_fit(trainer, val, sanity=True)
+    loop.store.enter(EPOCH)  # what on_train_start logs is an epoch value of the first epoch, as in Lightning
     loop.store.enter(EPOCH)  # what on_train_start logs is an epoch value of the first epoch, as in Lightning
     hooks.call("on_train_start", trainer, module)
     module.on_train_start()

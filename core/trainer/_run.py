@@ -12,8 +12,8 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import torch
@@ -34,6 +34,7 @@ from core.trainer._state import FitProgress
 if TYPE_CHECKING:
     from core.lite import Lite
     from core.module import DataModule, Module
+    from core.profilers import Profiler
     from core.trainer._view import LoopView as Trainer  # the protocol: the Trainer's class imports this module
 
 
@@ -176,8 +177,13 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
     trainer.state = stage
     trainer.should_stop = False
     trainer.sanity_checking = False
+    trainer.run_state.eval_logged_batches, trainer.run_state.eval_step_bar = {}, {}
+    trainer.run_state.batch_logger_step = None
     module.trainer = trainer
     trainer.callbacks = _with_model_callbacks(trainer.callbacks, module)
+    for callback in trainer.callbacks:  # self.log in a callback logs through the Module, as in Lightning
+        if not hasattr(type(callback), "log"):
+            callback.log, callback.log_dict = module.log, module.log_dict  # type: ignore[attr-defined]
     trainer.run_state.hooks = CallbackHooks(trainer.callbacks)
     if datamodule is not None:
         datamodule.trainer = trainer
@@ -192,6 +198,11 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
         trainer.run_state.epoch_samples = None
         trainer.run_state.resume_samples = None
         trainer.run_state.accumulate_grad_batches = None
+    else:  # each entry point starts without metrics, as in Lightning: after test(), callback_metrics are test's
+        trainer.run_state.train_metrics = MetricStore(None, lite.is_global_zero, lite.device)
+        trainer.run_state.metrics = trainer.run_state.train_metrics
+        trainer.run_state.callback_metrics, trainer.run_state.logged_metrics = {}, {}
+        trainer.run_state.prog_bar_names = set()
 
 
 def _with_model_callbacks(callbacks: list[Callback], module: Module) -> list[Callback]:
@@ -219,6 +230,9 @@ def _with_model_callbacks(callbacks: list[Callback], module: Module) -> list[Cal
 
 def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
     module.end_run()  # it keeps its trainer, as in Lightning (model.trainer, model.optimizers() after fit)
+    for callback in trainer.callbacks:  # the Module's log methods, lent for the run
+        if getattr(callback, "log", None) == module.log:
+            del callback.log, callback.log_dict  # type: ignore[attr-defined]
     trainer.state = None
     trainer.sanity_checking = False
     trainer.run_state.step_module = None
@@ -354,6 +368,7 @@ def run_stage(
     if profiler is not None:
         profiler.setup(stage, lite.global_rank if lite.world_size > 1 else None, trainer.log_dir, lite.is_global_zero)
         trainer.run_state.hooks.profile(profiler.wrap)
+    unprofile = _profile_datamodule(profiler, datamodule) if profiler is not None and datamodule is not None else None
     status = "failed"
     try:
         if trainer.config.deterministic:
@@ -412,6 +427,8 @@ def run_stage(
                 for logger in trainer.loggers:
                     logger.finalize(status)
         finally:
+            if unprofile is not None:
+                unprofile()
             if profiler is not None:
                 try:
                     profiler.describe()
@@ -423,6 +440,27 @@ def run_stage(
             return _outcome(trainer, module, result)
         return None
     return result
+
+
+_PROFILED_DATAMODULE_HOOKS: Final = ("prepare_data", "setup", "teardown", "state_dict", "load_state_dict")
+
+
+def _profile_datamodule(profiler: Profiler, datamodule: DataModule) -> Callable[[], None]:
+    """Time the DataModule's hooks under Lightning's action names (``[LightningDataModule]<class>.setup``, ...) for
+    this run: each is replaced on the object by a timed one; the returned function puts the originals back."""
+    owned = {name: datamodule.__dict__[name] for name in _PROFILED_DATAMODULE_HOOKS if name in datamodule.__dict__}
+    for name in _PROFILED_DATAMODULE_HOOKS:
+        timed = profiler.wrap(f"[LightningDataModule]{type(datamodule).__name__}.{name}", getattr(datamodule, name))
+        setattr(datamodule, name, timed)
+
+    def restore() -> None:
+        for name in _PROFILED_DATAMODULE_HOOKS:
+            if name in owned:
+                setattr(datamodule, name, owned[name])
+            else:
+                datamodule.__dict__.pop(name, None)
+
+    return restore
 
 
 def _apply_benchmark(benchmark: bool | None, deterministic: bool) -> None:

@@ -92,6 +92,12 @@ class RunState:
         and that strategy recognises it.
     :param ckpt_path: The checkpoint the latest entry point loaded (resolved: ``"best"`` and ``"last"`` become
         the file), or ``None``.
+    :param eval_logged_batches: Per evaluation loader, its batches done so far in this entry point (the sanity
+        check aside): the loggers' step for the evaluation step values, as Lightning counts it.
+    :param eval_step_bar: The latest evaluation step values logged with ``prog_bar=True`` in this entry point.
+    :param batch_logger_step: The loggers' step of the latest training batch of this fit (``None`` before its first):
+        the batches that stepped the optimizers before it (every batch under manual optimization), as Lightning
+        counts. The batch's values, its validation and the end of its epoch go under it.
     """
 
     lite: Lite
@@ -117,3 +123,6 @@ class RunState:
     fit_precision_state: dict[str, Any] | None = None
     configured_optimizers: list[Any] = attrs.field(factory=list)
     ckpt_path: str | None = None
+    eval_logged_batches: dict[int, int] = attrs.field(factory=dict)
+    eval_step_bar: dict[str, float] = attrs.field(factory=dict)
+    batch_logger_step: int | None = None

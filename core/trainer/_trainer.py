@@ -455,8 +455,12 @@ class Trainer:
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
-        """The latest value of everything sent to the loggers, as tensors (Lightning's type)."""
-        return {name: torch.tensor(value) for name, value in self.run_state.logged_metrics.items()}
+        """The latest value of everything logged for the loggers, as tensors (Lightning's type): what was sent, and
+        the latest training step values, also of the steps between two logging steps (as in Lightning)."""
+        metrics = {name: torch.tensor(value) for name, value in self.run_state.logged_metrics.items()}
+        for name, value in self.run_state.train_metrics.latest_step_values(for_logger=True).items():
+            metrics[name] = value if isinstance(value, torch.Tensor) else torch.tensor(value)
+        return metrics
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
@@ -465,7 +469,8 @@ class Trainer:
             names = self.run_state.metrics.prog_bar_names()  # this evaluation's values only
         else:
             names = self.run_state.train_metrics.prog_bar_names() | self.run_state.prog_bar_names
-        return {name: float(value) for name, value in self.callback_metrics.items() if name in names}
+        values = {name: float(value) for name, value in self.callback_metrics.items() if name in names}
+        return {**values, **self.run_state.eval_step_bar}  # evaluation step values: no callback metrics
 
     @property
     def logger(self) -> Logger | None:
@@ -543,20 +548,34 @@ class Trainer:
         """Delete a checkpoint written by :meth:`save_checkpoint` (``Lite.remove_checkpoint``: rank 0 deletes)."""
         self.run_state.lite.remove_checkpoint(filepath)
 
-    def log_to_loggers(self, metrics: dict[str, float], step: int | None = None) -> None:
-        """Send ``metrics`` to every logger at ``step`` (default: the global step), from global rank 0.
+    def logger_step(self) -> int:
+        """The step the loggers get by default, counted as Lightning counts it.
 
-        During fit the loggers also get the current epoch as ``epoch``, unless a value named ``step`` was logged: that
-        value is then the loggers' step (Lightning's rule). Call it on every rank (it only records elsewhere).
+        During fit: the number of training batches that stepped the optimizers before the latest one, so the values
+        of a batch go under its index among them (0, 1, ...), and epoch-end and validation values under the latest
+        batch's; with manual optimization every batch counts, whatever the number of ``optimizer.step()`` calls.
+        Outside fit: the global step (the count after the fit that trained the weights).
+        """
+        if self.state != "fit":
+            return self.global_step
+        at_batch = self.run_state.batch_logger_step
+        return at_batch if at_batch is not None else max(self.global_step - 1, 0)
+
+    def log_to_loggers(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Send ``metrics`` to every logger at ``step`` (default: :meth:`logger_step`), from global rank 0.
+
+        The loggers also get the current epoch as ``epoch`` when no ``step`` is given, unless a value named ``step``
+        was logged: that value is then the loggers' step (Lightning's rules). Call it on every rank (it only records
+        elsewhere).
         """
         self.run_state.logged_metrics.update(metrics)
         if step is None and "step" in metrics:  # self.log("step", n) chooses the loggers' step, as in Lightning
             metrics = dict(metrics)
             step = int(metrics.pop("step"))
-        elif self.state == "fit":  # for the loggers only, as Lightning: logged_metrics holds what was logged
+        elif step is None:  # for the loggers only, as Lightning: logged_metrics holds what was logged
             metrics = {**metrics, "epoch": self.current_epoch}
         if self.is_global_zero:
-            at = self.global_step if step is None else step
+            at = self.logger_step() if step is None else step
             for logger in self.loggers:
                 logger.log_metrics(metrics=metrics, step=at)
 
@@ -565,11 +584,11 @@ class Trainer:
 
         Called by the loops at the end of each epoch (and of each evaluation) with the epoch's reduced values.
         """
-        for name, value in values.items():
-            self.run_state.callback_metrics[name] = torch.tensor(value, dtype=torch.float64)
+        for name, value in values.items():  # tensors of the default dtype (float32), as Lightning's
+            self.run_state.callback_metrics[name] = torch.tensor(value)
         for name, key in store.forked_names().items():  # on_step and on_epoch: the bare name is the epoch value
             if key in values:
-                self.run_state.callback_metrics[name] = torch.tensor(values[key], dtype=torch.float64)
+                self.run_state.callback_metrics[name] = torch.tensor(values[key])
         self.run_state.prog_bar_names |= store.prog_bar_names()
         if not log:
             return
