@@ -312,7 +312,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         self.__dict__["_trainer"] = trainer
         self.__dict__["_running"] = trainer is not None
 
-    def end_run(self) -> None:
+    def _end_run(self) -> None:
         """Called by the Trainer when fit / validate / test / predict returns: the module keeps :attr:`trainer`, but
         :attr:`attached` is ``False`` again, so :attr:`device` is where the parameters are and ``self.log`` does
         nothing."""

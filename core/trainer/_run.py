@@ -53,7 +53,7 @@ class Outcome:
     def apply(self, trainer: Trainer, module: Module) -> Any:
         module.load_state_dict(self.module_state)
         module.trainer = trainer  # the caller's module keeps the Trainer that ran it, as after a run in this process
-        module.end_run()
+        module._end_run()
         trainer.run_state.progress = FitProgress.from_dict(self.progress)
         for callback in trainer.callbacks:
             if callback.state_key in self.callback_states:
@@ -229,7 +229,7 @@ def _with_model_callbacks(callbacks: list[Callback], module: Module) -> list[Cal
 
 
 def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
-    module.end_run()  # it keeps its trainer, as in Lightning (model.trainer, model.optimizers() after fit)
+    module._end_run()  # it keeps its trainer, as in Lightning (model.trainer, model.optimizers() after fit)
     for callback in trainer.callbacks:  # the Module's log methods, lent for the run
         if getattr(callback, "log", None) == module.log:
             del callback.log, callback.log_dict  # type: ignore[attr-defined]
@@ -501,5 +501,5 @@ def save_after_fit(lite: Lite, trainer: Trainer, module: Module, filepath: str, 
             lite._hooks.precision_load_state_dict(state=trainer.run_state.fit_precision_state)
         lite.save(filepath, saved_checkpoint_state(trainer, weights_only=weights_only))
     finally:
-        module.end_run()
+        module._end_run()
         trainer.run_state.step_module = None
