@@ -30,8 +30,9 @@ def _duration(seconds: float) -> str:
     return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
 
 
-def _format_metrics(metrics: dict[str, float]) -> str:
-    return "  ".join(f"{name}={value:.4g}" for name, value in sorted(metrics.items()))
+def _format_metrics(metrics: dict[str, Any]) -> str:
+    return "  ".join(f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+                     for name, value in sorted(metrics.items()))
 
 
 class ProgressBar(Callback):
@@ -53,16 +54,40 @@ class ProgressBar(Callback):
         self._epoch_started = 0.0
         self._last_line = 0.0
         self._batches = 0
+        self._trainer: TrainerView | None = None
 
     @property
     def stream(self) -> IO[str]:
         return self._stream if self._stream is not None else sys.stdout
 
+    @property
+    def trainer(self) -> TrainerView:
+        """The Trainer of the run this bar shows (Lightning's ``progress_bar.trainer``)."""
+        if self._trainer is None:
+            raise ConfigurationError(f"{type(self).__name__}.trainer: the bar is not part of a run yet.")
+        return self._trainer
+
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
+        self._trainer = trainer
+
+    def get_metrics(self, trainer: TrainerView, module: Module) -> dict[str, Any]:
+        """What the bar shows after its position, as Lightning's ``get_metrics``: the run's logger version as
+        ``v_num`` (its last 4 characters for a name) and ``trainer.progress_bar_metrics``. Override it to change
+        what is shown (``items.pop("v_num", None)``)."""
+        shown: dict[str, Any] = {}
+        loggers = trainer.loggers
+        if loggers:
+            version = loggers[0].version if len(loggers) == 1 else "_".join(
+                dict.fromkeys(str(logger.version) for logger in loggers))
+            if version not in ("", None):
+                shown["v_num"] = version[-4:] if isinstance(version, str) else version
+        return {**shown, **trainer.progress_bar_metrics}
+
     def _epoch_label(self, trainer: TrainerView) -> str:
         total = trainer.max_epochs
         return f"epoch {trainer.current_epoch + 1}" + (f"/{total}" if total != -1 else "")
 
-    def _line(self, trainer: TrainerView, done: int) -> str:
+    def _line(self, trainer: TrainerView, module: Module, done: int) -> str:
         total = trainer.num_training_batches
         elapsed = max(time.monotonic() - self._epoch_started, 1e-9)
         rate = done / elapsed
@@ -73,7 +98,7 @@ class ProgressBar(Callback):
             f"step {done}{of_total}",
             f"{rate:.1f} it/s",
             f"ETA {_duration(remaining)}",
-            _format_metrics(trainer.progress_bar_metrics),
+            _format_metrics(self.get_metrics(trainer, module)),
         ]
         return "  ".join(part for part in parts if part)
 
@@ -98,23 +123,24 @@ class ProgressBar(Callback):
             self._last_line = now
         elif rate == 0 or self._batches % rate:
             return
-        self._write(self._line(trainer, batch_idx + 1))
+        self._write(self._line(trainer, module, batch_idx + 1))
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if trainer.is_global_zero:
-            self._write(self._line(trainer, trainer.batches_done))
+            self._write(self._line(trainer, module, trainer.batches_done))
 
     def on_validation_end(self, trainer: TrainerView, module: Module) -> None:
         if trainer.is_global_zero and trainer.state in ("validate",):
-            self._write(f"validation  {_format_metrics(trainer.progress_bar_metrics)}")
+            self._write(f"validation  {_format_metrics(self.get_metrics(trainer, module))}")
 
     def on_test_end(self, trainer: TrainerView, module: Module) -> None:
         if trainer.is_global_zero:
-            self._write(f"test  {_format_metrics(trainer.progress_bar_metrics)}")
+            self._write(f"test  {_format_metrics(self.get_metrics(trainer, module))}")
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_stream"] = None  # an open stream does not travel to other processes
+        state["_trainer"] = None
         return state
 
 
@@ -162,13 +188,13 @@ class TQDMProgressBar(ProgressBar):
         now = time.monotonic()
         if now - self._last_line >= self.interval:
             self._last_line = now
-            self._bar.set_postfix_str(_format_metrics(trainer.progress_bar_metrics), refresh=False)
+            self._bar.set_postfix_str(_format_metrics(self.get_metrics(trainer, module)), refresh=False)
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self._bar is None:
             return
         self._bar.update(self._pending)
-        self._bar.set_postfix_str(_format_metrics(trainer.progress_bar_metrics))
+        self._bar.set_postfix_str(_format_metrics(self.get_metrics(trainer, module)))
         self._bar.close()
         self._bar = None
 
