@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import warnings
 from collections.abc import Mapping
@@ -369,3 +370,44 @@ def test_lightnings_torchmetrics_version_flag() -> None:
     pytest.importorskip("torchmetrics")
     imports = importlib.import_module("core.lightning.pytorch.utilities.imports")  # Lightning's module path
     assert imports._TORCHMETRICS_GREATER_EQUAL_0_11 is True
+
+
+def test_a_progress_bar_shows_what_get_metrics_returns(tmp_path: Path) -> None:
+    from core.callbacks import ProgressBar
+
+    class Shown(ProgressBar):
+        def get_metrics(self, trainer: Any, module: Any) -> dict[str, Any]:
+            items = super().get_metrics(trainer, module)
+            assert items["v_num"] == 0 and "loss" in items  # the logger's version, then the prog_bar values
+            items.pop("v_num")
+            return {**items, "extra": "shown"}
+
+    class BarLoss(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = self.loss(batch)
+            self.log("loss", loss, prog_bar=True)
+            return loss
+
+    stream = io.StringIO()
+    bar = Shown(refresh_rate=1, stream=stream)
+    trainer(CSVLogger(tmp_path), callbacks=[bar], enable_progress_bar=True, limit_val_batches=0).fit(
+        BarLoss(), loader(2))
+    assert "extra=shown" in stream.getvalue() and "v_num" not in stream.getvalue()
+    assert bar.trainer.current_epoch == 1
+
+
+@pytest.mark.parametrize("reduce_fx", ["sum", "mean", "max", "min"])
+def test_a_synchronised_step_value_is_reduced_by_its_reduce_fx(reduce_fx: str) -> None:
+    from core.trainer._logging import MetricStore
+
+    asked: list[str] = []
+
+    def reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:  # two processes logging the same value
+        asked.append(op)
+        return tensor * 2 if op == "sum" else tensor
+
+    store = MetricStore(reduce, True, torch.device("cpu"))
+    store.new_batch(torch.zeros(4, 1))
+    store.log("foo", 3.0, False, True, True, False, reduce_fx, True, False, None, True)
+    assert asked == [reduce_fx]
+    assert store.step_metrics(for_logger=True) == {"foo": 6.0 if reduce_fx == "sum" else 3.0}

@@ -304,7 +304,8 @@ class MetricStore:
         tensor_or_number = _as_value(name, value)
         if entry.on_step:
             if entry.sync_dist and self._reduce is not None:
-                tensor_or_number = self._reduce(self._on_device(tensor_or_number), "mean")
+                # reduced by its own reduce_fx, as Lightning does (a "sum" step value: the sum over processes)
+                tensor_or_number = self._reduce(self._on_device(tensor_or_number), entry.reduce_fx)
             entry.step_value = tensor_or_number
             entry.step_batch = self.batch_index
         if entry.on_epoch and not self.filler:
