@@ -417,7 +417,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         :param reduce_fx: How the epoch aggregate is made: ``"mean"`` (weighted by batch size), ``"sum"``,
             ``"max"`` or ``"min"`` (Lightning's ``"avg"``, any case, and ``torch.mean``/``sum``/``max``/``min``).
         :param sync_dist: Reduce across processes with the strategy (``Lite.all_reduce``): step values at
-            once, epoch values once at the end of the epoch (weighted sums, so the mean is exact).
+            once by ``reduce_fx``, epoch values once at the end of the epoch (weighted sums, so the mean is exact).
         :param rank_zero_only: The value is computed on global rank 0 only; other ranks ignore the call.
             It cannot be synchronised, and a callback on another rank cannot monitor it.
         :param batch_size: The weight of this value in an epoch mean; by default the size of the batch's first
