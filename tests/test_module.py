@@ -401,9 +401,9 @@ def test_limits_and_max_steps_shorten_the_loops() -> None:
     ("flags", "message"),
     [
         ({"val_check_interval": 1.5}, "val_check_interval=1.5"),
-        ({"max_steps": -2}, "max_steps=-2"),
+        ({"max_steps": -2}, "`max_steps` must be a non-negative integer or -1"),
         ({"limit_train_batches": 2.0}, "limit_train_batches=2.0"),
-        ({"gradient_clip_algorithm": "l1"}, "gradient_clip_algorithm='l1'"),
+        ({"gradient_clip_algorithm": "l1"}, "`gradient_clip_algorithm` l1 is invalid"),
         ({"check_val_every_n_epoch": None}, "check_val_every_n_epoch=None counts training batches"),
         ({"accumulate_grad_batches": 0}, "accumulate_grad_batches=0"),
     ],

@@ -58,7 +58,7 @@ def test_a_flag_added_to_the_signature_only_or_declared_differently_is_caught() 
     changed = [p.replace(default=7) if p.name == "log_every_n_steps" else p for p in parameters]
     with_another_default.__signature__ = inspect.Signature(changed)  # type: ignore[attr-defined]
     assert signature_mismatches(with_another_default) == [
-        "('log_every_n_steps', 7, 'int') != declared ('log_every_n_steps', 50, 'int')"
+        "('log_every_n_steps', 7, 'int | None') != declared ('log_every_n_steps', None, 'int | None')"
     ]
 
 

@@ -8,9 +8,14 @@ since core's plugins are classes with ``@core.hookimpl`` methods, not subclasses
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+import torch
 
 from core.lightning._names import UnsupportedLightningName
+
+if TYPE_CHECKING:
+    from core.trainer import Trainer
 
 _NEW_PLUGIN = "python -m core.plugins new {kind} mine"
 
@@ -54,10 +59,79 @@ class Accelerator(_PluginBase):
 
 
 class Strategy(_PluginBase):
-    """``lightning.fabric.strategies.Strategy``: any core strategy plugin, for annotations."""
+    """``lightning.fabric.strategies.Strategy``: any core strategy plugin, for annotations.
+
+    It holds the one ``Strategy`` method the Lightning Trainer calls on its strategy (``on_exception``), which
+    :class:`StrategyView` (``trainer.strategy``) inherits.
+    """
 
     _kinds = ("strategy",)
     _lightning_path = "lightning.fabric.strategies.Strategy"
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Called by the Lightning Trainer when an entry point ends with ``exception`` (Ctrl-C included), after the
+        callbacks' ``on_exception``. core's strategies release their processes and process groups themselves when
+        the run ends, so there is nothing more to do here; Lightning's default is the same no-op."""
+
+
+class StrategyView(Strategy):
+    """``trainer.strategy`` of a Lightning Trainer: the run's strategy plugin, with the members of Lightning's
+    ``Strategy`` that programs read (``root_device``, ``model``, ``broadcast``, ``barrier``, ...).
+
+    ``isinstance(trainer.strategy, DDPStrategy)`` checks the plugin's class; any other attribute is the plugin's.
+    It derives from :class:`Strategy`, so ``Strategy.on_exception`` is what the Trainer calls on it.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:  # not Strategy's, which refuses construction
+        self._trainer = trainer
+
+    @property
+    def plugin(self) -> object:
+        return self._trainer.lite.strategy
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance() reads it: the view passes for the plugin's class
+        return type(self.plugin)
+
+    @property
+    def root_device(self) -> torch.device:
+        """The device of this process's run (the resolved one, also outside a run)."""
+        active = self._trainer.lite.active
+        if active.device is not None:
+            return active.device
+        accelerator, ids = active.config.accelerator, active.config.device_ids  # before the first run
+        return torch.device("cpu") if accelerator == "cpu" or not ids else torch.device(accelerator, ids[0])
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The module as the strategy wrapped it during a run (``DistributedDataParallel``), else the Module."""
+        step_module = self._trainer.run_state.step_module
+        if step_module is not None:
+            wrapped = getattr(step_module, "_forward_module", None)
+            return wrapped if wrapped is not None else step_module
+        return self._trainer.module
+
+    @property
+    def launcher(self) -> None:
+        return None  # core's strategies launch their own processes
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return self._trainer.lite.broadcast(obj, src)
+
+    def barrier(self, name: str | None = None) -> None:
+        self._trainer.lite.barrier(name)
+
+    def all_gather(self, tensor: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
+        return self._trainer.lite.all_gather(tensor, group=group, sync_grads=sync_grads)
+
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str = "mean") -> Any:
+        return self._trainer.lite.all_reduce(tensor, group=group, reduce_op=reduce_op)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.plugin, name)
+
+    def __repr__(self) -> str:
+        return f"<trainer.strategy: {self.plugin!r}>"
 
 
 class ParallelStrategy(Strategy):

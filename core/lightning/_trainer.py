@@ -18,12 +18,12 @@ import warnings
 from collections.abc import Generator
 from typing import Any, Final
 
-import torch
-
 from core._errors import ConfigurationError, CoreWarning
-from core.callbacks import EarlyStopping
+from core.callbacks import EarlyStopping, Timer
+from core.lightning._bases import StrategyView
 from core.lightning._compat import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from core.lightning._loggers import CSVLogger, TensorBoardLogger
+from core.lightning._rank_zero import rank_zero_info, rank_zero_warn
 from core.loggers import Logger
 from core.loggers.tensorboard import tensorboard_available
 from core.trainer import Trainer as _CoreTrainer
@@ -44,6 +44,30 @@ def _flags_from_environment(class_name: str) -> dict[str, Any]:
     return found
 
 
+_ONE_BATCH: Final = {"limit_train_batches": "1 batch per epoch will be used",
+                     "val_check_interval": "validation will run after every batch"}
+_ALL_BATCHES: Final = {"limit_train_batches": "100% of the batches per epoch will be used",
+                       "val_check_interval": "validation will run at the end of the training epoch"}
+
+
+def _announce_whole_or_all(flags: dict[str, Any]) -> None:
+    """Lightning's INFO line for a batch flag given as ``1`` or ``1.0``, whose meanings (one batch, all batches)
+    differ only by type: ``Trainer(limit_val_batches=1)` was configured so 1 batch will be used.``. As in
+    Lightning's ``_init_debugging_flags``, flags that ``fast_dev_run`` or ``overfit_batches`` replace say nothing."""
+    names = ["overfit_batches"]
+    if not flags.get("fast_dev_run"):
+        if not flags.get("overfit_batches"):
+            names += ["limit_train_batches", "limit_val_batches"]
+        names += ["limit_test_batches", "limit_predict_batches", "val_check_interval"]
+    for name in names:
+        value = flags.get(name)
+        if type(value) is int and value == 1:
+            rank_zero_info(f"`Trainer({name}=1)` was configured so {_ONE_BATCH.get(name, '1 batch will be used')}.")
+        elif type(value) is float and value == 1.0:
+            message = _ALL_BATCHES.get(name, "100% of the batches will be used")
+            rank_zero_info(f"`Trainer({name}=1.0)` was configured so {message}.")
+
+
 _STAGE_OF_FN = {"fit": RunningStage.TRAINING, "validate": RunningStage.VALIDATING, "test": RunningStage.TESTING,
                  "predict": RunningStage.PREDICTING}
 
@@ -55,7 +79,9 @@ class _LiveState(TrainerState):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, str):
             return self.status == TrainerStatus.RUNNING and self.fn == other
-        return super().__eq__(other)
+        if isinstance(other, TrainerState):  # Lightning's own or this one: equal when the fields are
+            return (self.status, self.fn, self.stage) == (other.status, other.fn, other.stage)
+        return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -63,68 +89,10 @@ class _LiveState(TrainerState):
         return self.status == TrainerStatus.RUNNING
 
 
-LIGHTNING_READS: Final = frozenset({"strategy", "num_sanity_val_steps"})
+LIGHTNING_READS: Final = frozenset({"strategy", "num_sanity_val_steps", "max_epochs"})
 """Flags whose value the Lightning Trainer reads back as Lightning does: ``trainer.strategy`` is the strategy (not the
-flag's alias) and ``num_sanity_val_steps=-1`` reads as ``inf``. It declares no flag: each still goes to core's."""
-
-
-class _StrategyView:
-    """``trainer.strategy`` of a Lightning Trainer: the run's strategy plugin, with the members of Lightning's
-    ``Strategy`` that programs read (``root_device``, ``model``, ``broadcast``, ``barrier``, ...).
-
-    ``isinstance(trainer.strategy, DDPStrategy)`` checks the plugin's class; any other attribute is the plugin's.
-    """
-
-    def __init__(self, trainer: Trainer) -> None:
-        self._trainer = trainer
-
-    @property
-    def plugin(self) -> object:
-        return self._trainer.lite.strategy
-
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:  # isinstance() reads it: the view passes for the plugin's class
-        return type(self.plugin)
-
-    @property
-    def root_device(self) -> torch.device:
-        """The device of this process's run (the resolved one, also outside a run)."""
-        active = self._trainer.lite.active
-        if active.device is not None:
-            return active.device
-        accelerator, ids = active.config.accelerator, active.config.device_ids  # before the first run
-        return torch.device("cpu") if accelerator == "cpu" or not ids else torch.device(accelerator, ids[0])
-
-    @property
-    def model(self) -> torch.nn.Module | None:
-        """The module as the strategy wrapped it during a run (``DistributedDataParallel``), else the Module."""
-        step_module = self._trainer.run_state.step_module
-        if step_module is not None:
-            wrapped = getattr(step_module, "_forward_module", None)
-            return wrapped if wrapped is not None else step_module
-        return self._trainer.module
-
-    @property
-    def launcher(self) -> None:
-        return None  # core's strategies launch their own processes
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        return self._trainer.lite.broadcast(obj, src)
-
-    def barrier(self, name: str | None = None) -> None:
-        self._trainer.lite.barrier(name)
-
-    def all_gather(self, tensor: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
-        return self._trainer.lite.all_gather(tensor, group=group, sync_grads=sync_grads)
-
-    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str = "mean") -> Any:
-        return self._trainer.lite.all_reduce(tensor, group=group, reduce_op=reduce_op)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.plugin, name)
-
-    def __repr__(self) -> str:
-        return f"<trainer.strategy: {self.plugin!r}>"
+flag's alias), ``num_sanity_val_steps=-1`` reads as ``inf`` and ``max_epochs=None`` as ``None`` until ``fit``. It
+declares no flag: each still goes to core's."""
 
 
 class Trainer(_CoreTrainer):
@@ -136,7 +104,11 @@ class Trainer(_CoreTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.update(zip(inspect.signature(_CoreTrainer).parameters, args, strict=False))
-        super().__init__(**{**_flags_from_environment(type(self).__name__), **kwargs})
+        flags = {**_flags_from_environment(type(self).__name__), **kwargs}
+        super().__init__(**flags)
+        _announce_whole_or_all(flags)
+        # Lightning resolves max_epochs=None (1000, or -1 with max_steps) when fit starts, warning then
+        self._max_epochs_unresolved = flags.get("max_epochs") is None and not self.config.fast_dev_run
 
     # ---------------------------------------------------------------------------------------------
     # Lightning's members that core's Trainer names differently or leaves out (docs/migrating-from-lightning.md)
@@ -156,6 +128,7 @@ class Trainer(_CoreTrainer):
         live = self.state
         if value is not None:
             live.status, live.fn, live.stage = TrainerStatus.RUNNING, TrainerFn(value), _STAGE_OF_FN[value]
+            self.__dict__["_run_started_here"] = True  # this process runs it (and calls on_exception in it)
         elif live.status == TrainerStatus.RUNNING:
             live.status, live.stage = TrainerStatus.FINISHED, None
 
@@ -170,9 +143,9 @@ class Trainer(_CoreTrainer):
         return self.run_state.ckpt_path
 
     @property
-    def strategy(self) -> _StrategyView:
-        """The run's strategy plugin, with Lightning's ``Strategy`` members (see :class:`_StrategyView`)."""
-        return _StrategyView(self)
+    def strategy(self) -> StrategyView:
+        """The run's strategy plugin, with Lightning's ``Strategy`` members (see :class:`StrategyView`)."""
+        return StrategyView(self)
 
     @property
     def device_ids(self) -> list[int]:
@@ -199,7 +172,19 @@ class Trainer(_CoreTrainer):
         with self.lite.init_module(empty_init=empty_init):
             yield
 
+    @property
+    def max_epochs(self) -> int | None:  # type: ignore[override]
+        """Lightning's value: ``None`` when not given, until a ``fit`` resolves it (1000, or -1 with ``max_steps``)."""
+        return None if self._max_epochs_unresolved else self.config.max_epochs
+
     def fit(self, *args: Any, **kwargs: Any) -> None:
+        if self._max_epochs_unresolved:
+            self._max_epochs_unresolved = False
+            if self.config.max_epochs == 1000 and not any(isinstance(c, Timer) for c in self.callbacks):
+                rank_zero_warn(
+                    "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set "
+                    "`max_epochs=-1`.", CoreWarning, stacklevel=2,
+                )
         self._interruptible(super().fit, *args, **kwargs)
 
     # Lightning's parameter order: verbose comes before datamodule
@@ -268,17 +253,31 @@ class Trainer(_CoreTrainer):
         return callback.best_model_path
 
     def _interruptible(self, entry_point: Any, *args: Any, **kwargs: Any) -> Any:
-        """Lightning's ending of a run: an exception leaves ``state.status`` INTERRUPTED (the callbacks' and the
-        Module's ``on_exception`` ran, loggers finalized as failed); Ctrl-C ends the program with exit code 1 after
-        that shutdown, as Lightning's ``_call_and_handle_interrupt`` does, instead of a traceback."""
+        """Lightning's ending of a run (``_call_and_handle_interrupt``): an exception leaves ``state.status``
+        INTERRUPTED after the callbacks' and the Module's ``on_exception`` (called by the run), then the
+        DataModule's ``on_exception`` and the strategy's (``trainer.strategy.on_exception``); the run has already
+        finalized the loggers as failed. Ctrl-C then ends the program with exit code 1, as in Lightning, instead of
+        a traceback; any other exception is raised again.
+
+        Where the run did not start in this process (its processes were spawned, or the arguments were refused
+        before it started), the callbacks' ``on_exception`` run here, as Lightning calls them in the process that
+        called the entry point."""
+        self.__dict__["_run_started_here"] = False
         try:
             return entry_point(*args, **kwargs)
-        except KeyboardInterrupt:
+        except BaseException as exception:
             self.state.status = TrainerStatus.INTERRUPTED
-            print("\nDetected KeyboardInterrupt, attempting graceful shutdown ...", file=sys.stderr)
-            sys.exit(1)
-        except BaseException:
-            self.state.status = TrainerStatus.INTERRUPTED
+            if isinstance(exception, KeyboardInterrupt):
+                rank_zero_info("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
+            if not self.__dict__["_run_started_here"]:
+                for hook in self.run_state.hooks["on_exception"]:
+                    hook(self, self.module, exception)
+            on_exception = getattr(self.datamodule, "on_exception", None)
+            if callable(on_exception):
+                on_exception(exception)
+            self.strategy.on_exception(exception)
+            if isinstance(exception, KeyboardInterrupt):
+                sys.exit(1)
             raise
 
     def default_loggers(self) -> list[Logger]:

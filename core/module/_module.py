@@ -53,6 +53,9 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     whole step; call ``self(x)`` (your :meth:`forward`) inside the steps as usual.
     """
 
+    CHECKPOINT_HYPER_PARAMS_KEY: ClassVar[str] = "hyper_parameters"
+    """The key of the hyperparameters (``save_hyperparameters``) in a checkpoint, as Lightning names it."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Plain attributes (not submodules, not pickled with a live trainer): see __getstate__.

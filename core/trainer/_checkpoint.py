@@ -288,3 +288,8 @@ def find_last(directories: Sequence[str], known: Sequence[str]) -> str | None:
 def check_ckpt_path(ckpt_path: object) -> None:
     if ckpt_path is not None and not isinstance(ckpt_path, (str, os.PathLike)):
         raise ConfigurationError(f"ckpt_path={ckpt_path!r}: expected a path, 'last', 'best' or None.")
+class CheckpointNotFoundError(ConfigurationError, FileNotFoundError):
+    """``ckpt_path`` names no file: a :class:`core.ConfigurationError` that is also the ``FileNotFoundError``
+    Lightning raises there."""
+
+

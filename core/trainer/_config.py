@@ -16,7 +16,7 @@ from typing import Any, Final, TypeAlias
 import attrs
 
 from core._errors import ConfigurationError
-from core.trainer._flags import BY_NAME, barebones_conflicts, flags_of
+from core.trainer._flags import BY_NAME, barebones_conflicts, flags_of, refuse_barebones_conflicts
 
 SYNC_BATCHNORM_DEVICES: Final = ("cuda", "xpu", "hpu")
 
@@ -95,13 +95,7 @@ class TrainerConfig:
             raise TypeError(f"TrainerConfig.from_flags() got flags that are not the Trainer's loop flags: {unknown}")
         flags = {flag.name: given.get(flag.name, flag.default) for flag in declared}
         if flags["barebones"]:
-            conflicts = barebones_conflicts(flags, "loop")
-            if conflicts:
-                raise ConfigurationError(
-                    f"Trainer(barebones=True, {', '.join(conflicts)}): barebones mode turns off everything that can "
-                    f"slow the loop (sanity checking, development runs, anomaly detection, logging, checkpointing, "
-                    f"the progress bar, the model summary); drop {' and '.join(conflicts)} or barebones=True."
-                )
+            refuse_barebones_conflicts(barebones_conflicts(flags, "loop"))
         flags = _overridden(flags)
         checked = {flag.name: flag.checked(flags[flag.name]) for flag in declared}
         if checked["check_val_every_n_epoch"] is None and not isinstance(checked["val_check_interval"], int):

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import attrs
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, Sampler
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Sampler, SequentialSampler
 
 from core._errors import ConfigurationError, CoreWarning
 
@@ -129,13 +129,18 @@ def find_loaders(
     return as_loader_list(hook(), f"{type(module).__qualname__}.{method}()")
 
 
-def _sequential(loader: DataLoader[Any]) -> DataLoader[Any]:
-    """``overfit_batches``: the same first batches every epoch, so a shuffling loader is rebuilt without shuffling."""
-    if not isinstance(loader.sampler, RandomSampler) or type(loader) is not DataLoader or loader.batch_size is None:
+def sequential(loader: DataLoader[Any], prefix: str) -> DataLoader[Any]:
+    """``overfit_batches``: the same first batches every epoch, so a loader whose sampler is not sequential (a
+    shuffling one, or a sampler of your own) is rebuilt with a ``SequentialSampler``, as Lightning does.
+
+    :param prefix: ``"train"`` or ``"val"``, for the warning.
+    """
+    if isinstance(loader.sampler, SequentialSampler) or type(loader) is not DataLoader or loader.batch_size is None:
         return loader
     warnings.warn(
-        "Trainer(overfit_batches=...) trains on the same first batches every epoch: the training DataLoader's "
-        "shuffling is turned off (as Lightning does).", CoreWarning, stacklevel=2,
+        f"Trainer(overfit_batches=...): you requested to overfit but enabled {prefix} dataloader shuffling (its "
+        f"sampler, {type(loader.sampler).__name__}, is not sequential): its shuffling is turned off, so each epoch "
+        f"reads the same first batches.", CoreWarning, stacklevel=2,
     )
     return DataLoader(loader.dataset, batch_size=loader.batch_size, shuffle=False, drop_last=loader.drop_last,
                       **copied_arguments(loader))
@@ -146,7 +151,7 @@ def prepare_train_loader(
 ) -> PreparedLoader:
     """Set up the training loader; ``overfit`` (``overfit_batches`` > 0) turns its shuffling off."""
     if overfit:
-        loader = _sequential(loader)
+        loader = sequential(loader, "train")
     prepared = lite.setup_dataloaders(
         loader, use_distributed_sampler=use_distributed_sampler, move_to_device=False
     ).loader

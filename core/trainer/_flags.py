@@ -75,6 +75,11 @@ class Flag:
         return value if self.check is None else self.check(value, self.name)
 
 
+class ArgumentTypeError(ConfigurationError, TypeError):
+    """A flag or an entry point's argument of the wrong type (``gradient_clip_val=(1, 2)``, ``fit(nn.Linear())``):
+    a :class:`core.ConfigurationError` that is also Python's ``TypeError``, which Lightning raises there."""
+
+
 # --- the checks shared by several flags ---------------------------------------------------------------------------
 
 def positive_int(value: object, flag: str, minimum: int = 1) -> int:
@@ -110,17 +115,29 @@ def _optional_bool(value: object, flag: str) -> bool | None:
 # --- the checks of one flag each ----------------------------------------------------------------------------------
 
 def _root_dir(value: str | os.PathLike[str] | None, flag: str) -> str:
-    return os.getcwd() if value is None else os.fspath(value)
+    if value is None:
+        return os.getcwd()
+    path = os.fspath(value)
+    # a local path starting with ``~`` is the user's home, as in a shell (Lightning's rule); a URL is kept
+    return path if "://" in path else os.path.normpath(os.path.expanduser(path))
+
+
+def _limit_or_unlimited(value: object, flag: str) -> int:
+    if is_whole(value, -1):
+        return value
+    raise ConfigurationError(
+        f"`{flag}` must be a non-negative integer or -1 (no limit). You passed in {value!r}: "
+        f"Trainer({flag}=...) takes a whole number >= 0, or -1."
+    )
 
 
 def _max_epochs(value: object, flag: str) -> int:
     # None was replaced by 1000 or -1 before the checks, once max_steps is known (core.trainer._config._overridden).
-    return -1 if value == -1 else positive_int(value, flag, minimum=0)
+    return _limit_or_unlimited(value, flag)
 
 
 def _max_steps(value: object, flag: str) -> int:
-    steps = -1 if value is None else value
-    return -1 if steps == -1 else positive_int(steps, flag, minimum=0)
+    return _limit_or_unlimited(-1 if value is None else value, flag)
 
 
 def _val_check_interval(value: object, flag: str) -> int | float:
@@ -137,7 +154,12 @@ def _val_check_interval(value: object, flag: str) -> int | float:
 
 def _check_val_every_n_epoch(value: object, flag: str) -> int | None:
     # None is checked against val_check_interval in TrainerConfig.from_flags.
-    return None if value is None else positive_int(value, flag)
+    if value is None or is_whole(value, 1):
+        return value
+    raise ConfigurationError(
+        f"`{flag}` should be an integer, found {value!r}: validate in every N-th epoch (a whole number >= 1), "
+        f"or None to count val_check_interval's batches across epochs."
+    )
 
 
 def _sanity_steps(value: object, flag: str) -> int:
@@ -145,16 +167,24 @@ def _sanity_steps(value: object, flag: str) -> int:
 
 
 def _clip_val(value: object, flag: str) -> float | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ArgumentTypeError(f"`{flag}` should be an int or a float. Got {value!r}: a number >= 0, or None.")
+    if value is not None and value < 0:
         raise ConfigurationError(f"{flag}={value!r}: expected a number >= 0 or None.")
     return None if not value else float(value)
 
 
 def _clip_algorithm(value: object, flag: str) -> str:
-    chosen = "norm" if value is None else value
+    chosen = "norm" if value is None else value.lower() if isinstance(value, str) else value
     if chosen not in CLIP_ALGORITHMS:
-        raise ConfigurationError(f"{flag}={value!r}: expected 'norm' or 'value'.")
+        raise ConfigurationError(
+            f"`{flag}` {value} is invalid. Allowed algorithms: {list(CLIP_ALGORITHMS)} (None: 'norm')."
+        )
     return str(chosen)
+
+
+def _log_every(value: object, flag: str) -> int:
+    return 50 if value is None else positive_int(value, flag)
 
 
 def _fast_dev_run(value: object, flag: str) -> int:
@@ -181,7 +211,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     Flag("logger", "object", None, "`True` (also `None`): a `CSVLogger` in `default_root_dir`; `False`; a logger or "
          "a list", "trainer", barebones_conflict=True),
     Flag("callbacks", "Callback | Sequence[Callback] | None", None, "a callback or a list", "trainer"),
-    Flag("default_root_dir", "str | os.PathLike[str] | None", None, "where default logs and checkpoints go", "loop",
+    Flag("default_root_dir", "str | os.PathLike[str] | None", None, "where default logs and checkpoints go (a "
+         "leading `~` is the home directory)", "loop",
          _root_dir, shown_default="working directory"),
     Flag("enable_checkpointing", "bool | None", None, "add `ModelCheckpoint()` (the latest epoch, in "
          "`<default_root_dir>/checkpoints`) unless one is given; `None`: on", "trainer", barebones_conflict=True),
@@ -215,8 +246,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
          "`Lite.clip_gradients` (unscaled first by the precision)", "loop", _clip_val),
     Flag("gradient_clip_algorithm", "str | None", None, "`\"norm\"` (also `None`) or `\"value\"`", "loop",
          _clip_algorithm),
-    Flag("log_every_n_steps", "int", 50, "send step metrics to the loggers every N optimizer steps", "loop",
-         positive_int),
+    Flag("log_every_n_steps", "int | None", None, "send step metrics to the loggers every N optimizer steps "
+         "(`None`: 50)", "loop", _log_every, barebones_conflict=True),
     Flag("deterministic", "bool", False, "`torch.use_deterministic_algorithms(True)`", "loop", _as_bool),
     Flag("inference_mode", "bool", True, "evaluate under `torch.inference_mode` rather than `no_grad`", "loop",
          _as_bool),
@@ -261,6 +292,16 @@ def barebones_conflicts(given: dict[str, object], group: Group) -> list[str]:
     """``name=value`` for each flag of ``group`` that ``barebones=True`` refuses and ``given`` asks for."""
     return [f"{flag.name}={given[flag.name]!r}" for flag in flags_of(group)
             if flag.barebones_conflict and flag.name in given and given[flag.name] not in (None, False, 0)]
+
+
+def refuse_barebones_conflicts(conflicts: list[str]) -> None:
+    """Lightning's rule: in barebones mode what costs speed is off, and asking for it too is an error."""
+    if conflicts:
+        raise ConfigurationError(
+            f"`Trainer(barebones=True, {', '.join(conflicts)})` was passed: barebones mode turns off everything that "
+            f"can slow the loop (sanity checking, development runs, anomaly detection, logging, checkpointing, the "
+            f"progress bar, the model summary, profiling); drop {' and '.join(conflicts)} or barebones=True."
+        )
 
 
 Value = TypeVar("Value")

@@ -127,6 +127,14 @@ class FitLoop:
         """Validate when the batch count (in the epoch, or overall) is a multiple of this."""
         interval = self.trainer.config.val_check_interval
         if isinstance(interval, int):
+            per_epoch = self.train.batches  # validation within each epoch could never be reached: Lightning's error
+            if 0 < per_epoch < interval and self.trainer.config.check_val_every_n_epoch is not None:
+                raise ConfigurationError(
+                    f"`val_check_interval` ({interval}) must be less than or equal to the number of the training "
+                    f"batches ({per_epoch:g}). If you want to disable validation set `limit_val_batches` to 0.0 "
+                    f"instead. If you want to validate based on the total training batches, set "
+                    f"`check_val_every_n_epoch=None`."
+                )
             return float(interval)
         if math.isinf(self.train.batches):
             if interval != 1.0:

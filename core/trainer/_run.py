@@ -24,9 +24,14 @@ from core.callbacks._callback import Callback, CallbackHooks
 from core.lite import LiteOptimizer
 from core.module import StepModule
 from core.module._optimizers import parse_optimizers
-from core.trainer._checkpoint import find_last, restore_checkpoint_state, saved_checkpoint_state
+from core.trainer._checkpoint import (
+    CheckpointNotFoundError,
+    find_last,
+    restore_checkpoint_state,
+    saved_checkpoint_state,
+)
 from core.trainer._config import check_sync_batchnorm
-from core.trainer._data import find_loaders, overrides, prepare_eval_loader, prepare_train_loader
+from core.trainer._data import find_loaders, overrides, prepare_eval_loader, prepare_train_loader, sequential
 from core.trainer._logging import MetricStore
 from core.trainer._stages import EVAL_LOOP_OF_STAGE
 from core.trainer._state import FitProgress
@@ -153,7 +158,7 @@ def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | No
             chosen = os.fspath(ckpt_path)
     chosen = trainer.lite.broadcast(chosen)
     if chosen is not None and "://" not in chosen and not os.path.exists(chosen):
-        raise ConfigurationError(f"{stage}(ckpt_path={chosen!r}): no such file or directory.")
+        raise CheckpointNotFoundError(f"{stage}(ckpt_path={chosen!r}): no such file or directory.")
     return chosen
 
 
@@ -292,6 +297,8 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
         trainer.num_training_batches = prepared["train"].batches
     return prepared
 
+    for key, set_up in prepared.items():  # trainer.train_dataloader, .val_dataloaders, ... read them
+        trainer.run_state.dataloaders[key] = [one.loader for one in (set_up if isinstance(set_up, list) else [set_up])]
 
 def _set_up_eval_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, Any]) -> list[Any]:
     """The evaluation loaders of ``stage`` (fit's validation loaders), set up; ``[]`` when the loop does not run."""
@@ -319,6 +326,8 @@ def _set_up_eval_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[st
         )
     prepared = [prepare_eval_loader(lite, loader, limit, loop.limit_flag, trainer.config.use_distributed_sampler)
                 for loader in found]
+    if stage == "fit" and trainer.config.overfit_batches:  # the same first batches every validation too
+        found = [sequential(loader, "val") for loader in found]
     setattr(trainer, loop.batch_counts, [loader.batches for loader in prepared])
     return prepared
 

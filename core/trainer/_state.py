@@ -92,6 +92,8 @@ class RunState:
         and that strategy recognises it.
     :param ckpt_path: The checkpoint the latest entry point loaded (resolved: ``"best"`` and ``"last"`` become
         the file), or ``None``.
+    :param dataloaders: The loaders each loop set up in the latest run that used it, by data key (``"train"``,
+        ``"val"``, ``"test"``, ``"predict"``), as the loop reads them (with the strategy's sampler).
     :param eval_logged_batches: Per evaluation loader, its batches done so far in this entry point (the sanity
         check aside): the loggers' step for the evaluation step values, as Lightning counts it.
     :param eval_step_bar: The latest evaluation step values logged with ``prog_bar=True`` in this entry point.
@@ -123,6 +125,7 @@ class RunState:
     fit_precision_state: dict[str, Any] | None = None
     configured_optimizers: list[Any] = attrs.field(factory=list)
     ckpt_path: str | None = None
+    dataloaders: dict[str, list[Any]] = attrs.field(factory=dict)
     eval_logged_batches: dict[int, int] = attrs.field(factory=dict)
     eval_step_bar: dict[str, float] = attrs.field(factory=dict)
     batch_logger_step: int | None = None

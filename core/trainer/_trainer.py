@@ -34,7 +34,15 @@ from core.module._optimizers import SchedulerConfig
 from core.profilers import PassThroughProfiler, Profiler, profiler_from
 from core.trainer._checkpoint import check_ckpt_path, saved_checkpoint_state
 from core.trainer._config import TrainerConfig, check_sync_batchnorm
-from core.trainer._flags import CLIP_ALGORITHMS, FLAGS, FlagView, barebones_conflicts, flags_of
+from core.trainer._flags import (
+    CLIP_ALGORITHMS,
+    FLAGS,
+    ArgumentTypeError,
+    FlagView,
+    barebones_conflicts,
+    flags_of,
+    refuse_barebones_conflicts,
+)
 from core.trainer._logging import MetricStore
 from core.trainer._stages import EVAL_LOOP_OF_STAGE
 from core.trainer._state import RunState
@@ -43,18 +51,13 @@ __all__ = ["Trainer"]
 
 
 
+class NoModelAttachedError(CoreError, AttributeError):
+    """What needs the Trainer's model was asked of a Trainer that has none (``save_checkpoint`` before any run):
+    a :class:`core.CoreError` that is also the ``AttributeError`` Lightning raises there."""
+
+
 def _callback_list(callbacks: object) -> list[Any]:
     return [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])  # type: ignore[call-overload]
-
-
-def _refuse_barebones_conflicts(asked: list[str]) -> None:
-    # Lightning's rule: in barebones mode the features that cost speed are off, and asking for one is an error.
-    if asked:
-        raise ConfigurationError(
-            f"Trainer(barebones=True, {', '.join(asked)}): barebones mode turns off logging, checkpointing, the "
-            f"progress bar and the model summary to measure the loop alone; drop {' and '.join(asked)} or "
-            f"barebones=True."
-        )
 
 
 def _as_loggers(logger: object, default: Callable[[], list[Logger]]) -> list[Logger]:
@@ -107,7 +110,7 @@ class Trainer:
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
-        log_every_n_steps: int = 50,
+        log_every_n_steps: int | None = None,
         deterministic: bool = False,
         inference_mode: bool = True,
         fast_dev_run: int | bool = False,
@@ -132,7 +135,7 @@ class Trainer:
         if sync_batchnorm and lite.active.config.accelerator == "cpu":
             check_sync_batchnorm(lite.active.config.world_size, "cpu")  # before any process starts
         if barebones:
-            _refuse_barebones_conflicts(barebones_conflicts(given, "trainer"))
+            refuse_barebones_conflicts(barebones_conflicts(given, "trainer"))
             logger, enable_checkpointing, enable_progress_bar, enable_model_summary = False, False, False, False
         logger = True if logger is None else logger
         enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
@@ -254,7 +257,10 @@ class Trainer:
             )
         has_progress_bar = bool(bars)
         if has_checkpoint and not checkpointing:
-            raise ConfigurationError("A ModelCheckpoint is in callbacks but enable_checkpointing=False; drop one.")
+            raise ConfigurationError(
+                "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks "
+                "list; drop one (enable_checkpointing=False turns checkpointing off)."
+            )
         if has_progress_bar and not progress_bar:
             raise ConfigurationError("A ProgressBar is in callbacks but enable_progress_bar=False; drop one.")
         if checkpointing and not has_checkpoint:
@@ -268,7 +274,8 @@ class Trainer:
         if duplicates:
             raise ConfigurationError(
                 f"Several callbacks with a state share the state key(s) {duplicates}, so checkpoints could not tell "
-                f"their states apart; give them different settings (for ModelCheckpoint: monitor, dirpath or filename)."
+                f"their states apart; give them different settings (for ModelCheckpoint: monitor, mode or its "
+                f"schedule, every_n_epochs / every_n_train_steps / train_time_interval)."
             )
 
         def order(callback: Callback) -> int:
@@ -341,7 +348,10 @@ class Trainer:
         check_ckpt_path(ckpt_path)
         chosen = model if model is not None else self.module
         if chosen is None:
-            raise ConfigurationError(f"{stage}() needs a model: trainer.{stage}(model, ...), or call fit(model) first.")
+            raise ArgumentTypeError(
+                f"`Trainer.{stage}()` requires a `LightningModule` (a core.Module) when it hasn't been passed in a "
+                f"previous run: trainer.{stage}(model, ...), or call fit(model) first."
+            )
         if datamodule is None and dataloaders is None:
             datamodule = self.datamodule
         return self._launch(stage, chosen, datamodule, {EVAL_LOOP_OF_STAGE[stage].data: dataloaders}, ckpt_path)
@@ -352,7 +362,10 @@ class Trainer:
         from core.trainer._run import Outcome, run_stage
 
         if not isinstance(model, Module):
-            raise ConfigurationError(f"{stage}() takes a core.Module, got {type(model).__qualname__}.")
+            raise ArgumentTypeError(
+                f"`model` must be a `LightningModule` (a core.Module) for trainer.{stage}(), "
+                f"got `{type(model).__qualname__}`."
+            )
         if datamodule is not None and not isinstance(datamodule, DataModule):
             raise ConfigurationError(f"datamodule={datamodule!r}: expected a core.DataModule.")
         if self.state:  # a run's name while one runs (the Lightning Trainer's state object is falsy when idle)
@@ -499,6 +512,34 @@ class Trainer:
     def progress_bar_callback(self) -> ProgressBar | None:
         return next((callback for callback in self.callbacks if isinstance(callback, ProgressBar)), None)
 
+    def _loaders(self, key: str) -> Any:
+        loaders = self.run_state.dataloaders.get(key)
+        if not loaders:
+            return None
+        return loaders[0] if len(loaders) == 1 else list(loaders)
+
+    @property
+    def train_dataloader(self) -> Any:
+        """The training DataLoader of the latest ``fit`` as its loop reads it (the strategy's sampler in it), or
+        ``None`` before one."""
+        return self._loaders("train")
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The validation DataLoader of the latest ``fit`` / ``validate`` as the loop reads it (a list when there are
+        several), or ``None``."""
+        return self._loaders("val")
+
+    @property
+    def test_dataloaders(self) -> Any:
+        """The test DataLoader(s) of the latest ``test``, as for :attr:`val_dataloaders`."""
+        return self._loaders("test")
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        """The predict DataLoader(s) of the latest ``predict``, as for :attr:`val_dataloaders`."""
+        return self._loaders("predict")
+
     @property
     def estimated_stepping_batches(self) -> float:
         """How many optimizer steps fit() will take at most (for schedulers such as OneCycleLR)."""
@@ -524,7 +565,13 @@ class Trainer:
         if self.module is not None and not self.state and self.run_state.finished_fit == "here":
             self._save_after_fit(filepath, weights_only)
             return
-        if self.module is None or not self.state:
+        if self.module is None:
+            raise NoModelAttachedError(
+                "Saving a checkpoint is only possible if a model is attached to the Trainer: save_checkpoint() "
+                "writes the state of a running fit/validate/test, or of a fit that has returned; call it during a "
+                "run or after fit(model)."
+            )
+        if not self.state:
             if self.run_state.finished_fit == "elsewhere":
                 raise CoreError(
                     "save_checkpoint() after a ddp_spawn fit: the run's optimizers lived in its processes, which are "
@@ -649,7 +696,7 @@ class Trainer:
         state = self.__dict__.copy()
         state["module"] = None
         state["datamodule"] = None
-        state["run_state"] = attrs.evolve(self.run_state, step_module=None)
+        state["run_state"] = attrs.evolve(self.run_state, step_module=None, dataloaders={})
         state["optimizers"] = []
         state["lr_scheduler_configs"] = []
         return state

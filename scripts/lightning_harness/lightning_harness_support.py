@@ -95,7 +95,9 @@ def make_imports_lazy(source: str) -> str:
         first, last = node.lineno - 1, node.end_lineno
         if any(";" in line for line in lines[first:last]) or lines[first][: node.col_offset].strip() != "":
             continue
-        call = f"__lightning_harness__.lazy_import(globals(), {ast.unparse(node)!r})\n"
+        # through the plugin module, which a process started by ddp_spawn imports here too (alias included)
+        call = (f"__import__('lightning_harness_plugin').lightning_harness_support.lazy_import(globals(), "
+                f"{ast.unparse(node)!r})\n")
         lines[first:last] = [call] + ["\n"] * (last - first - 1)
     return "".join(lines)
 

@@ -43,6 +43,25 @@ KEPT: dict[str, str] = {
     ),
     "tests_pytorch/checkpointing/test_checkpoint_callback_frequency.py::test_default_checkpoint_freq": _CHECKED_FILES,
     "tests_pytorch/checkpointing/test_checkpoint_callback_frequency.py::test_top_k": _CHECKED_FILES,
+    ("tests_pytorch/trainer/flags/test_val_check_interval.py::"
+     "test_val_check_interval_float_with_none_check_val_every_n_epoch"): (
+        "expects the message to offer a time-based val_check_interval, which core refuses; core's message asks for "
+        "a number of batches (docs/migrating-from-lightning.md, 'The Trainer and the Module')"
+    ),
+    "tests_pytorch/trainer/test_trainer.py::test_checkpoint_path_input_last": (
+        "ckpt_path='last' is the newest checkpoint in the ModelCheckpoints' directories in core, save_last or not; "
+        "Lightning loads only a last*.ckpt file and otherwise nothing (docs/migrating-from-lightning.md, "
+        "'Checkpoints')"
+    ),
+    "tests_pytorch/trainer/test_trainer.py::test_spawn_predict_return_predictions": (
+        "expects predict(return_predictions=True) under ddp_spawn to be refused; core returns global rank 0's "
+        "predictions from the spawned processes (docs/migrating-from-lightning.md, 'The Trainer and the Module')"
+    ),
+    "tests_pytorch/checkpointing/test_model_checkpoint.py::test_model_checkpoint_save_last_as_link_not_local": (
+        "calls setup(trainer=..., pl_module=...) by keyword: core's hooks name the argument `module`; core also "
+        "refuses save_last='link' with a remote dirpath when the callback is made, before setup "
+        "(docs/migrating-from-lightning.md, ModelCheckpoint)"
+    ),
 }
 
 NOT_APPLICABLE: dict[str, str] = {
@@ -324,4 +343,7 @@ NOT_APPLICABLE: dict[str, str] = {
         "reads Lightning's private attribute `_accelerator_connector`",
     'tests_pytorch/trainer/test_trainer.py::test_trainer_predict_grad':
         "imports Lightning's private `_MultiProcessingLauncher`",
+    'tests_pytorch/trainer/test_trainer.py::test_trainer_predict_ddp_spawn':
+        "reads Lightning's private attribute `_accelerator_connector` (its prediction writer's hooks) and checks "
+        "the launcher against the private `_MultiProcessingLauncher`",
 }
