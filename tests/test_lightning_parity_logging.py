@@ -411,3 +411,17 @@ def test_a_synchronised_step_value_is_reduced_by_its_reduce_fx(reduce_fx: str) -
     store.log("foo", 3.0, False, True, True, False, reduce_fx, True, False, None, True)
     assert asked == [reduce_fx]
     assert store.step_metrics(for_logger=True) == {"foo": 6.0 if reduce_fx == "sum" else 3.0}
+
+
+def test_each_loaders_results_hold_what_its_steps_logged() -> None:
+    class PerLoader(Net):
+        def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            self.log("shared", 1.0)  # suffixed per loader
+            self.log(f"only_{dataloader_idx}", float(dataloader_idx), add_dataloader_idx=False)
+
+        def on_test_epoch_end(self) -> None:
+            self.log("whole", 5.0)
+
+    results = trainer().test(PerLoader(), [loader(1), loader(1, seed=1)])
+    assert results == [{"shared/dataloader_idx_0": 1.0, "only_0": 0.0, "whole": 5.0},
+                       {"shared/dataloader_idx_1": 1.0, "only_1": 1.0, "whole": 5.0}]

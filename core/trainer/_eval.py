@@ -150,15 +150,16 @@ def _log_step_values(trainer: Trainer, store: MetricStore, loader_index: int) ->
 
 def run_loop(
     trainer: Trainer, loop: EvalLoop, loaders: Sequence[PreparedLoader], max_batches: float | None = None,
-    record: bool = True, outputs: list[list[Any]] | None = None,
+    record: bool = True, outputs: list[list[Any]] | None = None, store: MetricStore | None = None,
 ) -> dict[str, float]:
     """One pass of ``loop`` (validation, test or predict); returns its epoch values.
 
     :param record: Put the epoch values into ``callback_metrics`` and the loggers (not for the sanity check).
+    :param store: Where ``self.log`` records during the pass (a fresh one by default).
     """
     module, hooks = trainer.module, trainer.run_state.hooks
     assert module is not None
-    store, previous_store = new_store(trainer), trainer.run_state.metrics
+    store, previous_store = store if store is not None else new_store(trainer), trainer.run_state.metrics
     step_module = trainer.run_state.step_module
     dispatcher = step_module.module  # the StepModule inside the strategy's wrapper
     previous_step = dispatcher.__dict__["step"]
@@ -206,14 +207,17 @@ def validate_in_fit(trainer: Trainer, loaders: Sequence[PreparedLoader], sanity:
         trainer.sanity_checking = False
 
 
-def _per_loader(values: dict[str, float], count: int) -> list[dict[str, float]]:
-    """Split epoch values by their ``/dataloader_idx_N`` suffix; unsuffixed values belong to every loader."""
+def _per_loader(values: dict[str, float], count: int, owners: dict[str, set[int]]) -> list[dict[str, float]]:
+    """Split epoch values by loader: a value logged in the steps of one loader only (``owners``) or suffixed
+    ``/dataloader_idx_N`` is that loader's; the others (logged in epoch hooks) belong to every loader."""
     if count <= 1:
         return [dict(values)]
     results: list[dict[str, float]] = [{} for _ in range(count)]
     for name, value in values.items():
         head, _, index = name.rpartition("/dataloader_idx_")
-        if head and index.isdigit() and int(index) < count:
+        if len(owners.get(name, ())) == 1 and min(owners[name]) < count:
+            results[min(owners[name])][name] = value
+        elif head and index.isdigit() and int(index) < count:
             results[int(index)][name] = value
         else:
             for result in results:
@@ -223,8 +227,9 @@ def _per_loader(values: dict[str, float], count: int) -> list[dict[str, float]]:
 
 def run_evaluation(trainer: Trainer, stage: str, loaders: Sequence[PreparedLoader]) -> list[dict[str, float]]:
     """``Trainer.validate`` / ``Trainer.test``: one pass, one dict of epoch values per loader."""
-    values = run_loop(trainer, VALIDATION if stage == "validate" else TEST, loaders)
-    return _per_loader(values, len(loaders))
+    store = new_store(trainer)
+    values = run_loop(trainer, VALIDATION if stage == "validate" else TEST, loaders, store=store)
+    return _per_loader(values, len(loaders), store.loaders_of())
 
 
 class IndexRecorder:

@@ -85,6 +85,7 @@ class _Entry:
     __slots__ = (
         "chunk_values",
         "chunk_weights",
+        "loaders",
         "logger",
         "metric",
         "metric_updated",
@@ -120,6 +121,7 @@ class _Entry:
         self.step_batch = -1
         self.metric: Any = None  # a torchmetrics.Metric logged under this name
         self.metric_updated = False
+        self.loaders: set[int] = set()  # the evaluation loaders (of several) whose steps logged it
         self.reset_epoch()
 
     def reset_epoch(self) -> None:
@@ -244,6 +246,7 @@ class MetricStore:
         self._section = TRAIN_BATCH
         self._on_step_default, self._on_epoch_default = _DEFAULTS[TRAIN_BATCH]
         self._suffix = ""
+        self._loader: int | None = None  # the evaluation loader (of several) whose step runs
         self.filler = False  # an evaluation batch that only keeps the processes in step: counts for nothing
         self._restored = False  # the state came from a checkpoint (load_state_dict)
 
@@ -254,6 +257,7 @@ class MetricStore:
         self._section = section
         self._on_step_default, self._on_epoch_default = _DEFAULTS[section]
         self._suffix = f"/dataloader_idx_{dataloader_idx}" if dataloader_idx is not None else ""
+        self._loader = dataloader_idx
 
     def new_batch(self, batch: Any) -> None:
         self.batch_index += 1
@@ -297,6 +301,8 @@ class MetricStore:
             entry = self._new_entry(name, suffix, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
         elif entry.section == self._section:
             self._check_same_options(entry, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
+        if self._loader is not None:
+            entry.loaders.add(self._loader)
         metric = _torchmetric(value)
         if metric is not None or entry.metric is not None:
             self._log_metric(entry, metric)
@@ -414,6 +420,11 @@ class MetricStore:
         Lightning's ``callback_metrics`` also holds such a name bare: ``ModelCheckpoint(monitor=name)`` reads it.
         """
         return {entry.key: entry.epoch_key for entry in self.entries.values() if entry.on_step and entry.on_epoch}
+
+    def loaders_of(self) -> dict[str, set[int]]:
+        """The epoch key of each name logged in the steps of several evaluation loaders, and those loaders (a name
+        logged with ``add_dataloader_idx=False`` belongs to the loaders that logged it, as in Lightning)."""
+        return {entry.epoch_key: set(entry.loaders) for entry in self.entries.values() if entry.loaders}
 
     def latest_step_values(self, for_logger: bool = False) -> dict[str, torch.Tensor | float]:
         """The latest step value of every name (only those logged with ``logger=True`` if ``for_logger``),
