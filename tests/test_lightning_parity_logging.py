@@ -425,3 +425,14 @@ def test_each_loaders_results_hold_what_its_steps_logged() -> None:
     results = trainer().test(PerLoader(), [loader(1), loader(1, seed=1)])
     assert results == [{"shared/dataloader_idx_0": 1.0, "only_0": 0.0, "whole": 5.0},
                        {"shared/dataloader_idx_1": 1.0, "only_1": 1.0, "whole": 5.0}]
+
+
+def test_the_dummy_experiment_ignores_calls_and_item_assignment() -> None:
+    from core.loggers import DummyExperiment, DummyLogger
+
+    experiment = DummyLogger().experiment
+    assert isinstance(experiment, DummyExperiment)
+    experiment["variable"] = "value"
+    assert experiment["variable"] is experiment and experiment.add_image("x", None) is None
+    logger_module = importlib.import_module("core.lightning.pytorch.loggers.logger")  # Lightning's module path
+    assert logger_module.DummyExperiment is DummyExperiment

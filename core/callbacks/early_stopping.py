@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -15,7 +16,17 @@ from core.callbacks._callback import Callback
 if TYPE_CHECKING:
     from core.module import Module, TrainerView
 
-__all__ = ["EarlyStopping"]
+__all__ = ["EarlyStopping", "EarlyStoppingReason"]
+
+
+class EarlyStoppingReason(Enum):
+    """Why :class:`EarlyStopping` stopped a run (its ``stopping_reason``; Lightning's enum and values)."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -33,6 +44,9 @@ class EarlyStopping(Callback):
         has run by then). ``False``: check after every validation run instead.
     :param verbose: Print why it stops, on global rank 0.
 
+    After a run, ``stopping_reason`` (an :class:`EarlyStoppingReason`) says why it stopped (``NOT_STOPPED`` if it
+    did not) and ``stopping_reason_message`` says it in words (``None`` if it did not stop); both are saved in
+    checkpoints.
     The check runs on every rank; training stops when any rank asks (the decision is reduced across
     processes), after ``min_epochs`` / ``min_steps``.
     """
@@ -53,7 +67,10 @@ class EarlyStopping(Callback):
         check_on_train_epoch_end: bool = True,
     ) -> None:
         if mode not in ("min", "max"):
-            raise ConfigurationError(f"EarlyStopping(mode={mode!r}): expected 'min' or 'max'.")
+            raise ConfigurationError(
+                f"EarlyStopping(mode={mode!r}): `mode` can be min, max, got {mode}; pass mode='min' when lower is "
+                f"better (a loss) or mode='max' when higher is (an accuracy)."
+            )
         if not is_whole(patience, 0):
             raise ConfigurationError(f"EarlyStopping(patience={patience!r}): expected a whole number >= 0.")
         self.monitor = monitor
@@ -69,7 +86,8 @@ class EarlyStopping(Callback):
         self.wait_count = 0
         self.stopped_epoch = 0
         self.best_score = math.inf if mode == "min" else -math.inf
-        self.stopping_reason: str | None = None
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
 
     @property
     def state_key(self) -> str:
@@ -81,6 +99,8 @@ class EarlyStopping(Callback):
             "stopped_epoch": self.stopped_epoch,
             "best_score": self.best_score,
             "patience": self.patience,
+            "stopping_reason": self.stopping_reason.value,
+            "stopping_reason_message": self.stopping_reason_message,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -88,6 +108,9 @@ class EarlyStopping(Callback):
         self.stopped_epoch = int(state_dict["stopped_epoch"])
         self.best_score = float(state_dict["best_score"])
         self.patience = int(state_dict["patience"])
+        # absent from checkpoints written before the reason was saved
+        self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", 0))
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self.check_on_train_epoch_end:
@@ -100,26 +123,36 @@ class EarlyStopping(Callback):
     def _better(self, value: float, than: float) -> bool:
         return value < than if self.mode == "min" else value > than
 
-    def _judge(self, current: float) -> tuple[bool, str | None]:
+    def _judge(self, current: float) -> tuple[bool, EarlyStoppingReason, str | None]:
         name = self.monitor
         if self.check_finite and not math.isfinite(current):
-            return True, f"{name} = {current} is not finite; stopping."
+            return True, EarlyStoppingReason.NON_FINITE_METRIC, (
+                f"Monitored metric {name} = {current} is not finite; best value so far {self.best_score:.6g}. Stopping."
+            )
         if self.stopping_threshold is not None and self._better(current, self.stopping_threshold):
-            return True, f"{name} = {current:.6g} reached the stopping threshold {self.stopping_threshold}."
+            return True, EarlyStoppingReason.STOPPING_THRESHOLD, (
+                f"Stopping threshold reached: {name} = {current:.6g} {self._order} {self.stopping_threshold}."
+            )
         if self.divergence_threshold is not None and self._better(self.divergence_threshold, current):
-            return True, f"{name} = {current:.6g} is past the divergence threshold {self.divergence_threshold}."
+            return True, EarlyStoppingReason.DIVERGENCE_THRESHOLD, (
+                f"Divergence threshold reached: {name} = {current:.6g} {self._order} {self.divergence_threshold}."
+            )
         margin = -self.min_delta if self.mode == "min" else self.min_delta
         if self._better(current, self.best_score + margin):
             self.best_score = current
             self.wait_count = 0
-            return False, None
+            return False, EarlyStoppingReason.NOT_STOPPED, None
         self.wait_count += 1
         if self.wait_count >= self.patience:
-            return True, (
-                f"{name} did not improve by more than {self.min_delta} in the last {self.wait_count} checks; best "
-                f"{self.best_score:.6g}."
+            return True, EarlyStoppingReason.PATIENCE_EXHAUSTED, (
+                f"Monitored metric {name} did not improve by more than {self.min_delta} in the last {self.wait_count} "
+                f"checks; best {self.best_score:.6g}."
             )
-        return False, None
+        return False, EarlyStoppingReason.NOT_STOPPED, None
+
+    @property
+    def _order(self) -> str:
+        return "<" if self.mode == "min" else ">"
 
     def check(self, trainer: TrainerView) -> None:
         """Judge the latest value of ``monitor`` and set ``trainer.should_stop`` when it is time."""
@@ -133,13 +166,15 @@ class EarlyStopping(Callback):
                 raise ConfigurationError(message)
             warnings.warn(message, CoreWarning, stacklevel=2)
             return
-        stop, reason = self._judge(float(value))
+        stop, why, reason = self._judge(float(value))
         if trainer.world_size > 1:
             decision = torch.tensor(float(stop), device=trainer.lite.device)
             stop = bool(trainer.lite.all_reduce(decision, reduce_op="max") > 0)
         if stop:
             trainer.should_stop = True
             self.stopped_epoch = trainer.current_epoch
-            self.stopping_reason = reason
+            # with several processes another rank may have asked to stop: this rank's own reason is NOT_STOPPED then
+            self.stopping_reason = why
+            self.stopping_reason_message = reason
             if self.verbose and reason:
                 trainer.print(f"EarlyStopping: {reason}")

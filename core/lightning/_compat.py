@@ -20,9 +20,10 @@ from typing import Any, Final
 import torch
 
 from core._errors import ConfigurationError, CoreWarning
-from core.loggers import DummyLogger
+from core.loggers import DummyExperiment, DummyLogger
 
 __all__ = [
+    "DummyExperiment",
     "DummyLogger",
     "EarlyStoppingReason",
     "ExperimentWriter",

@@ -125,7 +125,7 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
     "fabric.utilities.warnings": {"PossibleUserWarning": Target(_C, "PossibleUserWarning")},
     "pytorch.utilities.warnings": {"PossibleUserWarning": Target(_C, "PossibleUserWarning")},
     "pytorch.trainer.states": {name: Target(_C, name) for name in _STATES},
-    "pytorch.loggers.logger": {"DummyLogger": Target(_C, "DummyLogger")},
+    "pytorch.loggers.logger": {name: Target(_C, name) for name in ("DummyLogger", "DummyExperiment")},
     "pytorch.loggers.csv_logs": {"ExperimentWriter": Target(_C, "ExperimentWriter")},
     # Lightning re-exports these from lightning_utilities, so its tree lists no names for the module
     **{module: {name: Target("core.lightning._rank_zero", name)

@@ -1,13 +1,13 @@
 """Loggers for :class:`core.Trainer`: ``CSVLogger`` (the default), ``TensorBoardLogger``, ``MLFlowLogger`` and
 ``WandbLogger`` (the last two load their modules, and need mlflow / wandb, only when first used); ``DummyLogger``
-records nothing (``fast_dev_run``'s stand-in)."""
+records nothing (``fast_dev_run``'s stand-in), its ``DummyExperiment`` answers every call."""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from core.loggers._dummy import DummyLogger
+from core.loggers._dummy import DummyExperiment, DummyLogger
 from core.loggers._logger import Logger
 from core.loggers.csv_logs import CSVLogger
 from core.loggers.tensorboard import TensorBoardLogger
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from core.loggers.mlflow import MLFlowLogger
     from core.loggers.wandb import WandbLogger
 
-__all__ = ["CSVLogger", "DummyLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
+__all__ = ["CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
 
 _LAZY = {"MLFlowLogger": "core.loggers.mlflow", "WandbLogger": "core.loggers.wandb"}
 

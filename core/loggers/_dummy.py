@@ -9,8 +9,9 @@ from typing import Any
 from core.loggers._logger import Logger
 
 
-class _DummyExperiment:
-    """Answers any method call with None (``logger.experiment.add_image(...)``)."""
+class DummyExperiment:
+    """Answers any method call with None (``logger.experiment.add_image(...)``) and ignores item assignment
+    (``logger.experiment["key"] = value``): Lightning's ``DummyExperiment``."""
 
     def nop(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -18,8 +19,11 @@ class _DummyExperiment:
     def __getattr__(self, name: str) -> Any:
         return self.nop
 
-    def __getitem__(self, index: int) -> _DummyExperiment:
+    def __getitem__(self, index: Any) -> DummyExperiment:
         return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        return None
 
 
 class DummyLogger(Logger):
@@ -27,10 +31,10 @@ class DummyLogger(Logger):
 
     def __init__(self) -> None:
         super().__init__(save_dir=os.getcwd(), name="", version="")
-        self._experiment = _DummyExperiment()
+        self._experiment = DummyExperiment()
 
     @property
-    def experiment(self) -> _DummyExperiment:
+    def experiment(self) -> DummyExperiment:
         return self._experiment
 
     def log_metrics(self, *args: Any, **kwargs: Any) -> None:

@@ -165,7 +165,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
             "rng": gather_rng(trainer.lite, capture_rng()),
             "rng_epoch_start": gather_rng(trainer.lite, pack_rng(trainer.run_state.epoch_start_rng or snapshot_rng())),
             "callbacks": {
-                callback.state_key: callback.state_dict() for callback in trainer.callbacks if callback.state_dict()
+                callback.state_key: saved for callback in trainer.callbacks if (saved := callback.state_dict())
             },
         }
     )
@@ -248,6 +248,12 @@ def restore_checkpoint_state(trainer: Trainer, path: str, weights_only: bool = F
     if trainer.datamodule is not None and "datamodule" in rest:
         trainer.datamodule.load_state_dict(rest["datamodule"])
     trainer.run_state.progress = FitProgress.from_dict(rest["loops"])
+    if trainer.max_epochs != -1 and trainer.current_epoch > trainer.max_epochs:  # as Lightning: nothing left to train
+        raise ConfigurationError(
+            f"You restored a checkpoint with current_epoch={trainer.current_epoch}, but you have set "
+            f"Trainer(max_epochs={trainer.max_epochs}): the fit would have nothing to train. Raise max_epochs above "
+            f"{trainer.current_epoch} to train on, or load the weights with validate/test instead."
+        )
     trainer.run_state.stopped_at = None
     trainer.run_state.train_metrics.load_state_dict(rest.get("results", {}))
     trainer.run_state.resume_rng = (

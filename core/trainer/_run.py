@@ -76,7 +76,9 @@ def _outcome(trainer: Trainer, module: Module, result: Any) -> Outcome:
         result=result,
         module_state={name: tensor.detach().cpu() for name, tensor in module.state_dict().items()},
         progress=trainer.run_state.progress.as_dict(),
-        callback_states={callback.state_key: callback.state_dict() for callback in trainer.callbacks},
+        callback_states={
+            callback.state_key: saved for callback in trainer.callbacks if (saved := callback.state_dict())
+        },
         callback_metrics={name: float(value) for name, value in trainer.callback_metrics.items()},
         logged_metrics=dict(trainer.run_state.logged_metrics),
         logger_versions=[logger.version_if_chosen for logger in trainer.loggers],

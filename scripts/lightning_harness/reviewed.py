@@ -243,6 +243,8 @@ NOT_APPLICABLE: dict[str, str] = {
         "drives Lightning's loop object `trainer.fit_loop`",
     'tests_pytorch/checkpointing/test_model_checkpoint.py::test_model_checkpoint_score_and_ckpt_val_check_interval':
         "drives Lightning's loop object `trainer.fit_loop`",
+    'tests_pytorch/checkpointing/test_model_checkpoint.py::test_model_checkpoint_train_time_interval':
+        "patches `time` inside a module of Lightning's implementation (lightning.pytorch.callbacks.model_checkpoint)",
     'tests_pytorch/checkpointing/test_model_checkpoint.py::test_none_every_n_train_steps_val_epochs':
         "reads Lightning's private attribute `_every_n_train_steps`",
     'tests_pytorch/checkpointing/test_model_checkpoint.py::test_none_monitor_saves_correct_best_model_path':
