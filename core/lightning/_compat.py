@@ -20,6 +20,7 @@ from typing import Any, Final
 import torch
 
 from core._errors import ConfigurationError, CoreWarning
+from core.callbacks.early_stopping import EarlyStoppingReason  # core's own enum, under Lightning's module path
 from core.loggers import DummyExperiment, DummyLogger
 
 __all__ = [
@@ -122,16 +123,6 @@ class TrainerState:
     @property
     def stopped(self) -> bool:
         return self.status.stopped
-
-
-class EarlyStoppingReason(Enum):
-    """Why :class:`core.callbacks.EarlyStopping` stopped a run (its ``stopping_reason``)."""
-
-    NOT_STOPPED = 0
-    STOPPING_THRESHOLD = 1
-    DIVERGENCE_THRESHOLD = 2
-    PATIENCE_EXHAUSTED = 3
-    NON_FINITE_METRIC = 4
 
 
 class ExperimentWriter:
