@@ -280,3 +280,19 @@ def test_lightnings_class_constants_name_what_core_writes(tmp_path: Path) -> Non
     assert saved[L.LightningModule.CHECKPOINT_HYPER_PARAMS_KEY] == {"lr": 0.5}
     logger = L.pytorch.loggers.TensorBoardLogger(save_dir=tmp_path)
     assert logger.NAME_HPARAMS_FILE == "hparams.yaml" == type(logger).hparams_file
+
+
+class Stateful(Callback):
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": 1}
+
+
+def test_resuming_without_a_callback_whose_state_was_saved_names_it(tmp_path: Path) -> None:
+    trainer = native(callbacks=[Stateful()])
+    trainer.fit(Tiny(), loader())
+    trainer.save_checkpoint(tmp_path / "saved.ckpt")
+    with pytest.warns(core.CoreWarning, match=r"Please add the following callbacks: \['Stateful'\]"):
+        native(max_epochs=2).fit(Tiny(), loader(), ckpt_path=tmp_path / "saved.ckpt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        native(max_epochs=2, callbacks=[Stateful()]).fit(Tiny(), loader(), ckpt_path=tmp_path / "saved.ckpt")

@@ -16,12 +16,13 @@ import glob
 import os
 import random
 import re
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
-from core._errors import CheckpointError, ConfigurationError
+from core._errors import CheckpointError, ConfigurationError, CoreWarning
 from core.module import StatefulList
 from core.trainer._samples import SamplePosition
 from core.trainer._state import FitProgress
@@ -242,6 +243,13 @@ def restore_checkpoint_state(trainer: Trainer, path: str, weights_only: bool = F
     if weights_only:
         return rest
     saved_callbacks = rest.get("callbacks", {})
+    missing = sorted(set(saved_callbacks) - {callback.state_key for callback in trainer.callbacks})
+    if missing:
+        warnings.warn(
+            "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided during "
+            f"`Trainer` instantiation. Please add the following callbacks: {missing}. {path!r} holds their state, "
+            "which nothing here restores.", CoreWarning, stacklevel=3,
+        )
     for callback in trainer.callbacks:
         if callback.state_key in saved_callbacks:
             callback.load_state_dict(saved_callbacks[callback.state_key])
@@ -291,11 +299,11 @@ def find_last(directories: Sequence[str], known: Sequence[str]) -> str | None:
     return _newest(candidates)
 
 
-def check_ckpt_path(ckpt_path: object) -> None:
-    if ckpt_path is not None and not isinstance(ckpt_path, (str, os.PathLike)):
-        raise ConfigurationError(f"ckpt_path={ckpt_path!r}: expected a path, 'last', 'best' or None.")
 class CheckpointNotFoundError(ConfigurationError, FileNotFoundError):
     """``ckpt_path`` names no file: a :class:`core.ConfigurationError` that is also the ``FileNotFoundError``
     Lightning raises there."""
 
 
+def check_ckpt_path(ckpt_path: object) -> None:
+    if ckpt_path is not None and not isinstance(ckpt_path, (str, os.PathLike)):
+        raise ConfigurationError(f"ckpt_path={ckpt_path!r}: expected a path, 'last', 'best' or None.")

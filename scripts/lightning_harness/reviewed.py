@@ -279,6 +279,8 @@ NOT_APPLICABLE: dict[str, str] = {
         "uses Lightning's internal `trainer._detect_anomaly`",
     'tests_pytorch/trainer/flags/test_barebones.py::test_barebones_disables_logging':
         "uses Lightning's internal `pl_module._trainer`",
+    'tests_pytorch/trainer/flags/test_env_vars.py::test_passing_env_variables_devices':
+        "mocks Lightning's device detection (the `cuda_count_2` and `mps_count_0` fixtures of its conftest)",
     'tests_pytorch/trainer/flags/test_fast_dev_run.py::test_callbacks_and_logger_not_called_with_fastdevrun':
         "uses Lightning's internal `early_stopping_callback._evaluate_stopping_criteria`",
     'tests_pytorch/trainer/flags/test_inference_mode.py::test_no_grad_context':
@@ -343,9 +345,9 @@ NOT_APPLICABLE: dict[str, str] = {
         "uses Lightning's internal `trainer.fit_loop`",
     'tests_pytorch/trainer/test_trainer.py::test_trainer_predict_cpu':
         "reads Lightning's private attribute `_accelerator_connector`",
-    'tests_pytorch/trainer/test_trainer.py::test_trainer_predict_grad':
-        "imports Lightning's private `_MultiProcessingLauncher`",
     'tests_pytorch/trainer/test_trainer.py::test_trainer_predict_ddp_spawn':
         "reads Lightning's private attribute `_accelerator_connector` (its prediction writer's hooks) and checks "
         "the launcher against the private `_MultiProcessingLauncher`",
+    'tests_pytorch/trainer/test_trainer.py::test_trainer_predict_grad':
+        "imports Lightning's private `_MultiProcessingLauncher`",
 }
