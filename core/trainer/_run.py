@@ -297,10 +297,10 @@ def _set_up_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, An
                                                  overfit=bool(trainer.config.overfit_batches),
                                                  use_distributed_sampler=trainer.config.use_distributed_sampler)
         trainer.num_training_batches = prepared["train"].batches
-    return prepared
-
     for key, set_up in prepared.items():  # trainer.train_dataloader, .val_dataloaders, ... read them
         trainer.run_state.dataloaders[key] = [one.loader for one in (set_up if isinstance(set_up, list) else [set_up])]
+    return prepared
+
 
 def _set_up_eval_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[str, Any]) -> list[Any]:
     """The evaluation loaders of ``stage`` (fit's validation loaders), set up; ``[]`` when the loop does not run."""
@@ -326,10 +326,10 @@ def _set_up_eval_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[st
             f"{stage}() found no {loop.data} data: pass dataloaders=, or give the DataModule / Module a "
             f"{loop.dataloader}()."
         )
-    prepared = [prepare_eval_loader(lite, loader, limit, loop.limit_flag, trainer.config.use_distributed_sampler)
-                for loader in found]
     if stage == "fit" and trainer.config.overfit_batches:  # the same first batches every validation too
         found = [sequential(loader, "val") for loader in found]
+    prepared = [prepare_eval_loader(lite, loader, limit, loop.limit_flag, trainer.config.use_distributed_sampler)
+                for loader in found]
     setattr(trainer, loop.batch_counts, [loader.batches for loader in prepared])
     return prepared
 
