@@ -273,3 +273,40 @@ def test_lightnings_early_stopping_reason_is_cores() -> None:
     from core.lightning._compat import EarlyStoppingReason as LightningReason
 
     assert LightningReason is EarlyStoppingReason
+
+
+def test_state_dict_runs_once_per_checkpoint_and_decisions_travel_without_tensors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.lite import Lite
+
+    sent: list[Any] = []
+    broadcast = Lite.broadcast
+
+    def recording(self: Lite, obj: Any, src: int = 0) -> Any:
+        sent.append(obj)
+        return broadcast(self, obj, src)
+
+    monkeypatch.setattr(Lite, "broadcast", recording)  # a tensor there is pickled with torch.save on several ranks
+
+    class Counting(ModelCheckpoint):
+        calls = 0
+
+        def state_dict(self) -> dict[str, Any]:
+            Counting.calls += 1
+            return super().state_dict()
+
+    checkpoint = Counting(dirpath=tmp_path, monitor="score", save_top_k=-1, filename="{epoch}")
+    fit(Tiny([3.0, 2.0, 1.0]), 3, callbacks=[checkpoint])
+    assert Counting.calls == 3 and len(names(tmp_path)) == 3
+    decisions = [obj for obj in sent if isinstance(obj, tuple) and len(obj) == 5]
+    assert len(decisions) == 3
+
+    def tensors(value: Any) -> int:
+        if isinstance(value, dict):
+            return sum(tensors(item) for item in value.values())
+        if isinstance(value, (list, tuple)):
+            return sum(tensors(item) for item in value)
+        return int(isinstance(value, torch.Tensor))
+
+    assert sum(tensors(decision) for decision in decisions) == 0
+    assert isinstance(checkpoint.best_model_score, torch.Tensor) and checkpoint.best_model_score == 1.0

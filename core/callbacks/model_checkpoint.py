@@ -276,16 +276,24 @@ class ModelCheckpoint(Checkpoint):
         self.best_model_path = state_dict["best_model_path"]
 
     def _sync_state(self) -> dict[str, Any]:
-        """Everything :meth:`_decide` changes: rank 0 sends it to the others with the decision."""
-        return {**self._state(), "last_checkpoint_saved": self._last_checkpoint_saved}
+        """Everything :meth:`_decide` changes: rank 0 sends it to the others with the decision.
+
+        Scores travel as plain numbers (:func:`_number`): a tensor in a broadcast object is pickled with one
+        ``torch.save`` per tensor, which Lightning's tests count as checkpoint writes.
+        """
+        state = {**self._state(), "last_checkpoint_saved": self._last_checkpoint_saved}
+        for key in ("best_model_score", "current_score", "kth_value"):
+            state[key] = _number(state[key])
+        state["best_k_models"] = {path: _number(score) for path, score in state["best_k_models"].items()}
+        return state
 
     def _apply_sync_state(self, state: dict[str, Any]) -> None:
-        self.best_model_score = state["best_model_score"]
+        self.best_model_score = _tensor(state["best_model_score"])
         self.best_model_path = state["best_model_path"]
-        self.current_score = state["current_score"]
-        self.best_k_models = dict(state["best_k_models"])
+        self.current_score = _tensor(state["current_score"])
+        self.best_k_models = {path: _tensor(score) for path, score in state["best_k_models"].items()}
         self.kth_best_model_path = state["kth_best_model_path"]
-        self.kth_value = state["kth_value"]
+        self.kth_value = _tensor(state["kth_value"])
         self.last_model_path = state["last_model_path"]
         self.latest_model_path = state["latest_model_path"]
         self._last_saved_step = state["last_saved_step"]
@@ -540,3 +548,18 @@ def _check_link_is_local(dirpath: str) -> None:
 
 def _scalar(value: Any) -> Any:
     return value.detach() if isinstance(value, torch.Tensor) else torch.tensor(value)
+
+
+def _number(score: Any) -> Any:
+    """A 0-dim tensor score as ``(value, dtype name)``, cheap to broadcast; anything else as it is."""
+    if isinstance(score, torch.Tensor):
+        return (score.item(), str(score.dtype).removeprefix("torch."))
+    return score
+
+
+def _tensor(score: Any) -> Any:
+    """The inverse of :func:`_number` (on CPU, where the callback keeps its scores)."""
+    if isinstance(score, tuple):
+        value, dtype = score
+        return torch.tensor(value, dtype=getattr(torch, dtype))
+    return score
