@@ -403,3 +403,11 @@ def test_a_profiler_times_the_datamodules_hooks_under_lightnings_names() -> None
     for hook in ("prepare_data", "setup", "teardown"):
         assert len(profiler.recorded_durations[f"[LightningDataModule]Data.{hook}"]) == 1
     assert "setup" not in vars(data)  # the timed hooks were the run's only
+
+
+def test_a_module_attached_to_a_trainer_can_be_scripted() -> None:
+    module = Tiny()
+    module.trainer = trainer()
+    scripted = torch.jit.script(module)
+    inputs = torch.randn(2, 3)
+    torch.testing.assert_close(scripted.layer(inputs), module.layer(inputs))

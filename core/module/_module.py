@@ -300,6 +300,13 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     # What the Trainer provides
     # ---------------------------------------------------------------------------------------------
 
+    # torch.jit.script compiles properties unless named here; these read Python state (the Trainer, __dict__), so a
+    # scripted Module skips them, as Lightning's does.
+    __jit_unused_properties__: ClassVar[list[str]] = [
+        "trainer", "attached", "automatic_optimization", "device", "device_mesh", "example_input_array", "logger",
+        "loggers", "global_rank", "local_rank", "current_epoch", "global_step", "hparams", "hparams_for_loggers",
+    ]
+
     @property
     def trainer(self) -> TrainerView:
         """The Trainer that runs this module, or ran it last: as in Lightning, it stays after ``fit`` returns (so
