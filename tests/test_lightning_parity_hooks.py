@@ -411,3 +411,23 @@ def test_a_module_attached_to_a_trainer_can_be_scripted() -> None:
     scripted = torch.jit.script(module)
     inputs = torch.randn(2, 3)
     torch.testing.assert_close(scripted.layer(inputs), module.layer(inputs))
+
+
+def test_grad_clip_algorithm_type_is_lightnings_enum_and_clip_gradients_takes_it() -> None:
+    from core.lightning.pytorch.utilities import GradClipAlgorithmType
+
+    assert GradClipAlgorithmType("value") is GradClipAlgorithmType.VALUE and GradClipAlgorithmType.NORM == "NORM"
+    assert GradClipAlgorithmType.supported_types() == ["value", "norm"]
+    largest: list[float] = []
+
+    class ByValue(Tiny):
+        def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None,
+                                        gradient_clip_algorithm: Any = None) -> None:
+            for parameter in self.parameters():
+                assert parameter.grad is not None
+                parameter.grad.fill_(5.0)
+            self.clip_gradients(optimizer, gradient_clip_val=0.1, gradient_clip_algorithm=GradClipAlgorithmType.VALUE)
+            largest.append(max(float(p.grad.abs().max()) for p in self.parameters() if p.grad is not None))
+
+    trainer(max_steps=1, limit_val_batches=0).fit(ByValue(), loader(2))
+    assert largest == [pytest.approx(0.1)]

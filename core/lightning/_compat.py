@@ -108,6 +108,22 @@ class RunningStage(_CaseInsensitiveEnum):
         return str(self.value)
 
 
+class GradClipAlgorithmType(_CaseInsensitiveEnum):
+    """How ``gradient_clip_val`` clips: ``"norm"`` (the norm of all gradients together) or ``"value"`` (each
+    gradient's entries). ``Module.clip_gradients`` and the Trainer take it or its string."""
+
+    VALUE = "value"
+    NORM = "norm"
+
+    @staticmethod
+    def supported_type(val: str) -> bool:
+        return any(member.value == val for member in GradClipAlgorithmType)
+
+    @staticmethod
+    def supported_types() -> list[str]:
+        return [member.value for member in GradClipAlgorithmType]
+
+
 @dataclass
 class TrainerState:
     """``trainer.state`` of a Lightning Trainer: its ``status``, the entry point ``fn`` and the running ``stage``."""

@@ -69,6 +69,7 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
     },
     "pytorch.utilities": {
         "grad_norm": Target(_H, "grad_norm"),
+        "GradClipAlgorithmType": Target(_C, "GradClipAlgorithmType"),
         "suggested_max_num_workers": Target(_FD, "suggested_max_num_workers"),
     },
     "fabric.utilities": {"suggested_max_num_workers": Target(_FD, "suggested_max_num_workers")},
@@ -88,6 +89,7 @@ NAMED: Final[dict[str, dict[str, Entry]]] = {
                      "OptimizerConfig", "OptimizerLRScheduler", "OptimizerLRSchedulerConfig", "STEP_OUTPUT",
                      "TRAIN_DATALOADERS")
     },
+    "pytorch.utilities.enums": {"GradClipAlgorithmType": Target(_C, "GradClipAlgorithmType")},
     "pytorch.utilities.grads": {"grad_norm": Target(_H, "grad_norm")},
     # Lightning-private helpers that downstream programs (litgpt) import anyway, mapped to core's public ones.
     "fabric.utilities.load": {
