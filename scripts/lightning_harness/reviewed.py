@@ -261,6 +261,8 @@ NOT_APPLICABLE: dict[str, str] = {
         "reads Lightning's private attribute `_data_connector`",
     'tests_pytorch/core/test_datamodules.py::test_dm_checkpoint_save_and_load':
         "uses Lightning's internal `trainer._checkpoint_connector._restore_modules_and_callbacks`",
+    'tests_pytorch/core/test_datamodules.py::test_dm_init_from_datasets_dataloaders':
+        "mocks the `DataLoader` name imported into Lightning's module `lightning.pytorch.core.datamodule`",
     'tests_pytorch/core/test_lightning_module.py::test_1_optimizer_toggle_model':
         "reads Lightning's private attribute `_param_requires_grad_state`",
     'tests_pytorch/core/test_lightning_module.py::test_fabric_attributes':
