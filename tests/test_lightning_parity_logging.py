@@ -436,3 +436,18 @@ def test_the_dummy_experiment_ignores_calls_and_item_assignment() -> None:
     assert experiment["variable"] is experiment and experiment.add_image("x", None) is None
     logger_module = importlib.import_module("core.lightning.pytorch.loggers.logger")  # Lightning's module path
     assert logger_module.DummyExperiment is DummyExperiment
+
+
+def test_csv_logger_writes_to_a_url_through_fsspec() -> None:
+    fsspec = pytest.importorskip("fsspec")
+    logger = CSVLogger("memory://parity-logging-csv", flush_logs_every_n_steps=1)
+    logger.log_hyperparams({"lr": 0.1})
+    logger.log_metrics({"loss": 0.5}, step=0)
+    logger.log_metrics({"loss": 0.25, "acc": 1.0}, step=1)  # a new column: the file is written again
+    fs, root = fsspec.core.url_to_fs("memory://parity-logging-csv")
+    assert logger.log_dir == "memory://parity-logging-csv/logs/version_0"
+    with fs.open(f"{root}/logs/version_0/metrics.csv", "r") as file:
+        assert file.read().splitlines() == ["step,loss,acc", "0,0.5,", "1,0.25,1.0"]
+    assert fs.isfile(f"{root}/logs/version_0/hparams.json")
+    assert CSVLogger("memory://parity-logging-csv").version == 1
+    fs.rm(root, recursive=True)

@@ -342,4 +342,4 @@ def test_under_ddp_only_global_rank_zero_creates_and_writes_the_run(tmp_path: Pa
     runs = client.search_runs([experiment.experiment_id])
     assert [run.info.run_id for run in runs] == [run_id]  # rank 1 created no run of its own
     assert runs[0].info.status == "FINISHED"
-    assert [metric.step for metric in client.get_metric_history(run_id, "loss")] == [1, 2]  # 16 samples, 2 ranks
+    assert [metric.step for metric in client.get_metric_history(run_id, "loss")] == [0, 1]  # 16 samples, 2 ranks

@@ -2,7 +2,8 @@
 
 The Trainer calls a logger on global rank 0 only, at logging steps (``log_every_n_steps``) and at the end
 of each epoch, validation and test; values are plain floats by then. Each run writes into its own
-``<save_dir>/<name>/version_<n>`` directory unless a version is given.
+``<save_dir>/<name>/version_<n>`` directory unless a version is given. ``save_dir`` may be a URL
+(``memory://``, ``s3://``, ...): files are then written through ``fsspec``.
 """
 
 from __future__ import annotations
@@ -13,17 +14,54 @@ import os
 import re
 from argparse import Namespace
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 __all__ = ["Logger"]
 
 
+def is_url(path: str) -> bool:
+    """Whether ``path`` is a URL (``memory://runs``) rather than a local path."""
+    from core.toolkit import is_url as url
+
+    return "://" in path and url(path)
+
+
+def list_dir(path: str) -> list[str]:
+    """The names inside the directory ``path`` (a local path or a URL); empty when it does not exist."""
+    if is_url(path):
+        from core.toolkit import list_names
+
+        return list_names(path)
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def make_dirs(path: str) -> None:
+    """Create the directory ``path`` and its parents (a local path or a URL)."""
+    if is_url(path):
+        from core.toolkit import filesystem
+
+        fs, target = filesystem(path, None)
+        fs.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(path, exist_ok=True)
+
+
+def open_text(path: str, mode: str) -> IO[str]:
+    """The text file ``path`` (a local path or a URL, through fsspec) opened in ``mode``, newlines untranslated."""
+    if is_url(path):
+        from core.toolkit import filesystem
+
+        fs, target = filesystem(path, None)
+        return fs.open(target, mode, newline="")
+    return open(path, mode, newline="")
+
+
 def next_version(root: str) -> int:
     """One more than the highest ``version_<n>`` directory under ``root`` (0 when there is none)."""
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return 0
+    names = list_dir(root)
     numbers = [int(match.group(1)) for name in names if (match := re.fullmatch(r"version_(\d+)", name))]
     return max(numbers, default=-1) + 1
 
@@ -119,11 +157,11 @@ class Logger:
         """Record the run's hyperparameters (a mapping or an ``argparse.Namespace``); by default as
         :attr:`hparams_file` in :attr:`log_dir`."""
         params = as_mapping(params)
-        os.makedirs(self.log_dir, exist_ok=True)
+        make_dirs(self.log_dir)
         # Plain values as they are, anything else as its repr; JSON is also valid YAML, so without pyyaml a
         # ``.yaml`` file still reads back with any YAML reader.
         plain = json.loads(json.dumps(dict(params), default=repr))
-        with open(os.path.join(self.log_dir, self.hparams_file), "w") as file:
+        with open_text(os.path.join(self.log_dir, self.hparams_file), "w") as file:
             if self.hparams_file.endswith(".yaml") and importlib.util.find_spec("yaml") is not None:
                 import yaml
 

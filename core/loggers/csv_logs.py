@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core._errors import CoreWarning
-from core.loggers._logger import Logger
+from core.loggers._logger import Logger, is_url, list_dir, make_dirs, open_text
 
 __all__ = ["CSVLogger"]
 
@@ -71,15 +71,20 @@ class CSVLogger(Logger):
             return
         self._dir_checked = True
         # This run's own checkpoints may be there first (ModelCheckpoint writes into log_dir/checkpoints).
-        if os.path.isdir(self.log_dir) and set(os.listdir(self.log_dir)) - {"checkpoints"}:
+        if set(list_dir(self.log_dir)) - {"checkpoints"}:
             warnings.warn(
                 f"Experiment logs directory {self.log_dir} exists and is not empty. Previous log files in this "
                 f"directory will be deleted when the new ones are saved! Give the logger another version (or none, "
                 f"to take the next free one) to keep them.",
                 CoreWarning, stacklevel=3,
             )
-            if os.path.isfile(self.metrics_file):
-                os.remove(self.metrics_file)
+            if self.METRICS_FILE in list_dir(self.log_dir):
+                if is_url(self.metrics_file):
+                    from core.toolkit import remove_path
+
+                    remove_path(self.metrics_file)
+                else:
+                    os.remove(self.metrics_file)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Add ``metrics`` to the row of ``step`` (``None``: a new row, numbered by the rows so far)."""
@@ -105,10 +110,11 @@ class CSVLogger(Logger):
         if not self._rows or (len(self._rows) == self._written_rows and not self._dirty):
             return
         self._check_log_dir()
-        os.makedirs(self.log_dir, exist_ok=True)
-        rewrite = self._dirty or self._written_rows == 0 or len(self._columns) != self._written_columns
+        make_dirs(self.log_dir)
+        rewrite = (self._dirty or self._written_rows == 0 or len(self._columns) != self._written_columns
+                   or is_url(self.metrics_file))  # object stores append nothing: the whole file each time
         rows = self._rows if rewrite else self._rows[self._written_rows :]
-        with open(self.metrics_file, "w" if rewrite else "a", newline="") as file:
+        with open_text(self.metrics_file, "w" if rewrite else "a") as file:
             writer = csv.DictWriter(file, fieldnames=self._columns, restval="")
             if rewrite:
                 writer.writeheader()
