@@ -504,7 +504,6 @@ def run_fit(
     if loop.has_val and trainer.config.num_sanity_val_steps != 0:
         validate_in_fit(trainer, val, sanity=True)
     loop.store.enter(EPOCH)  # what on_train_start logs is an epoch value of the first epoch, as in Lightning
-    loop.store.enter(EPOCH)  # what on_train_start logs is an epoch value of the first epoch, as in Lightning
     hooks.call("on_train_start", trainer, module)
     module.on_train_start()
     loop.run()
