@@ -108,7 +108,7 @@ def prepare(lightning_src: Path, scratch: Path) -> Path:
     (scratch / "lightning_harness_plugin.py").write_text(
         "import lightning_harness_support\n"
         "from lightning_harness_support import pytest_pyfunc_call  # noqa: F401\n\n"
-        "lightning_harness_support.install_alias()\nlightning_harness_support.install_builtins()\n"
+        "lightning_harness_support.install_alias()\n"
     )
     (scratch / "pytest.ini").write_text(
         "[pytest]\nmarkers =\n    cloud: Lightning's marker\n    standalone: Lightning's marker\n"

@@ -130,13 +130,14 @@ def test_throughput_metrics_reach_the_logger_with_lightnings_names_and_plausible
     rows = read_metrics(logger)
 
     train = rows_with(rows, "train/time")
-    assert [row["step"] for row in train] == [2, 4, 6, 8]  # every log_every_n_steps optimizer steps
+    # every log_every_n_steps optimizer steps, at Lightning's step: the steps taken before this batch's
+    assert [row["step"] for row in train] == [1, 3, 5, 7]
     for row in train:
-        step = row["step"]
+        batches = row["step"] + 1
         counts = (row["train/batches"], row["train/samples"], row["train/lengths"])
-        assert counts == (step, 4 * step, 4 * FEATURES * step)
+        assert counts == (batches, 4 * batches, 4 * FEATURES * batches)
     rates = rows_with(train, "train/device/batches_per_sec")
-    assert [row["step"] for row in rates] == [4, 6, 8]  # once the window of 3 batches is full
+    assert [row["step"] for row in rates] == [3, 5, 7]  # once the window of 3 batches is full
     for row in rates:
         # Each batch sleeps 10 ms, so no window can see more than 100 batches per second.
         assert 1.0 < row["train/device/batches_per_sec"] < 100.0
@@ -168,7 +169,7 @@ def test_flops_per_batch_gives_flops_per_second_and_bad_options_are_refused(tmp_
         module, loader()
     )
     rates = rows_with(read_metrics(logger), "train/device/flops_per_sec")
-    assert [row["step"] for row in rates] == [2, 3, 4]
+    assert [row["step"] for row in rates] == [1, 2, 3]  # Lightning's numbering: the steps before this batch's
     for row in rates:  # over the same window: flops per second = flops per batch * batches per second
         assert row["train/device/flops_per_sec"] == pytest.approx(1000 * row["train/device/batches_per_sec"])
         assert "train/device/mfu" not in row  # no table of device peaks: no MFU

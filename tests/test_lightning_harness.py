@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ support: Any = importlib.import_module("lightning_harness_support")
 lightning_tests: Any = importlib.import_module("lightning_tests")
 
 
-def test_module_level_imports_become_lazy_and_keep_line_numbers() -> None:
+def test_module_level_imports_become_lazy_and_keep_line_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
     source = (
         "from __future__ import annotations\n"
         "import os\n"
@@ -35,7 +36,9 @@ def test_module_level_imports_become_lazy_and_keep_line_numbers() -> None:
     assert rewritten.count("\n") == source.count("\n")
     assert rewritten.splitlines()[0] == "from __future__ import annotations"
     assert "    import sys" in rewritten  # only module-level statements change
-    support.install_builtins()
+    # the rewritten imports reach the support module through the pytest plugin module the harness writes
+    plugin = types.SimpleNamespace(lightning_harness_support=support)
+    monkeypatch.setitem(sys.modules, "lightning_harness_plugin", plugin)
     namespace: dict[str, Any] = {"__name__": "lazy_example"}
     exec(compile(rewritten, "lazy_example.py", "exec"), namespace)
     assert namespace["dumps"].__module__ == "json"

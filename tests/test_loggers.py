@@ -87,6 +87,15 @@ def test_rows_logged_before_and_after_a_new_column_are_all_written(tmp_path: Pat
         assert file.read().splitlines() == ["step,a,b", "0,1.0,", "1,3.0,2.0", "2,4.0,"]
 
 
+def test_a_value_added_to_a_written_row_reaches_the_disk_without_finalize(tmp_path: Path) -> None:
+    # litgpt's loop logs throughput and then the loss at one step, with flush_logs_every_n_steps=1 and no finalize
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=1)
+    logger.log_metrics({"time": 0.5}, step=12)
+    logger.log_metrics({"loss": 4.25}, step=12)
+    with open(logger.metrics_file) as file:
+        assert file.read().splitlines() == ["step,time,loss", "12,0.5,4.25"]
+
+
 def test_tensorboard_event_files_hold_the_logged_scalars(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

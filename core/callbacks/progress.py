@@ -54,7 +54,7 @@ class ProgressBar(Callback):
         self._epoch_started = 0.0
         self._last_line = 0.0
         self._batches = 0
-        self._trainer: TrainerView | None = None
+        self._attached_trainer: TrainerView | None = None
 
     @property
     def stream(self) -> IO[str]:
@@ -63,12 +63,12 @@ class ProgressBar(Callback):
     @property
     def trainer(self) -> TrainerView:
         """The Trainer of the run this bar shows (Lightning's ``progress_bar.trainer``)."""
-        if self._trainer is None:
+        if self._attached_trainer is None:
             raise ConfigurationError(f"{type(self).__name__}.trainer: the bar is not part of a run yet.")
-        return self._trainer
+        return self._attached_trainer
 
     def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
-        self._trainer = trainer
+        self._attached_trainer = trainer
 
     def get_metrics(self, trainer: TrainerView, module: Module) -> dict[str, Any]:
         """What the bar shows after its position, as Lightning's ``get_metrics``: the run's logger version as
@@ -140,7 +140,7 @@ class ProgressBar(Callback):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_stream"] = None  # an open stream does not travel to other processes
-        state["_trainer"] = None
+        state["_attached_trainer"] = None
         return state
 
 

@@ -22,7 +22,8 @@ class CSVLogger(Logger):
     that step, the learning rate); a column appears the first time a name is logged and earlier rows leave
     it empty.
 
-    :param flush_logs_every_n_steps: Write to disk after this many new rows (and at the end of the run).
+    :param flush_logs_every_n_steps: Write to disk after this many :meth:`log_metrics` calls (and at the end of
+        the run).
     """
 
     METRICS_FILE = "metrics.csv"
@@ -42,6 +43,7 @@ class CSVLogger(Logger):
         self._written_rows = 0  # rows on disk, unchanged since written
         self._written_columns = 0
         self._dirty = False  # a row already on disk got a new value
+        self._unsaved_calls = 0  # log_metrics calls since the last save: what flush_logs_every_n_steps counts
         self._dir_checked = False
 
     @property
@@ -103,7 +105,8 @@ class CSVLogger(Logger):
             if name not in row and name not in self._columns:
                 self._columns.append(name)
             row[name] = value
-        if len(self._rows) - self._written_rows >= self.flush_logs_every_n_steps:
+        self._unsaved_calls += 1  # a value merged into a written row counts too: it must reach the disk as well
+        if self._unsaved_calls >= self.flush_logs_every_n_steps:
             self.save()
 
     def save(self) -> None:
@@ -122,6 +125,7 @@ class CSVLogger(Logger):
         self._written_rows = len(self._rows)
         self._written_columns = len(self._columns)
         self._dirty = False
+        self._unsaved_calls = 0
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
         """Write the hyperparameters (see :meth:`Logger.log_hyperparams`), after the check of the run directory."""

@@ -141,7 +141,7 @@ class MLFlowLogger(Logger):
         return self._experiment_id
 
     @property
-    def save_dir(self) -> str | None:  # type: ignore[override]
+    def save_dir(self) -> str | None:
         """The local root directory of the experiments if the tracking URI is ``file:``, else ``None``."""
         if self._tracking_uri.startswith(LOCAL_FILE_URI_PREFIX):
             return self._tracking_uri[len(LOCAL_FILE_URI_PREFIX):]

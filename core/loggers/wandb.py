@@ -128,7 +128,7 @@ class WandbLogger(Logger):
         return self._experiment
 
     @property
-    def save_dir(self) -> str | None:  # type: ignore[override]
+    def save_dir(self) -> str | None:
         return self._wandb_init.get("dir")
 
     @property

@@ -9,8 +9,6 @@ tests that use it, not the whole file).
 from __future__ import annotations
 
 import ast
-import builtins
-import sys
 from typing import Any
 
 import pytest
@@ -100,11 +98,6 @@ def make_imports_lazy(source: str) -> str:
                 f"{ast.unparse(node)!r})\n")
         lines[first:last] = [call] + ["\n"] * (last - first - 1)
     return "".join(lines)
-
-
-def install_builtins() -> None:
-    """Make ``__lightning_harness__`` reachable from every rewritten module."""
-    builtins.__lightning_harness__ = sys.modules[__name__]  # type: ignore[attr-defined]
 
 
 

@@ -19,22 +19,28 @@ from core.fault_tolerance import FaultTolerance
 
 
 class Net(core.Module):
-    def __init__(self, preempt_at: int, preempt_rank: int) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.layers = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
                                           torch.nn.Linear(16, 1))
-        self.preempt_at, self.preempt_rank = preempt_at, preempt_rank
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         inputs, targets = batch
         return torch.nn.functional.mse_loss(self.layers(inputs), targets)
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.trainer.global_step == self.preempt_at and self.global_rank == self.preempt_rank:
-            os.kill(os.getpid(), signal.SIGTERM)
-
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+
+
+class Preempt(core.Callback):
+    """SIGTERM to this process on global rank ``rank`` once step ``step`` is done (as a cluster would send it)."""
+
+    def __init__(self, step: int, rank: int) -> None:
+        self.step, self.rank = step, rank
+
+    def on_train_batch_end(self, trainer: Any, module: core.Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def main() -> None:
@@ -48,10 +54,13 @@ def main() -> None:
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(256, 8, generator=generator)
     loader = DataLoader(TensorDataset(inputs, inputs[:, :2].sum(1, keepdim=True)), batch_size=16, shuffle=True)
-    model = Net(arguments.preempt_at, arguments.preempt_rank)
+    model = Net()
+    # Callbacks' batch-end hooks run in list order, before the Module's (Lightning's order): the signal sent by
+    # the first arrives before FaultTolerance looks, which then stops every rank after this very step.
+    preempt = Preempt(arguments.preempt_at, arguments.preempt_rank)
     trainer = core.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_epochs=3, logger=False,
                            enable_checkpointing=False, enable_progress_bar=False, default_root_dir=out,
-                           callbacks=[FaultTolerance(every_n_train_steps=10)])
+                           callbacks=[preempt, FaultTolerance(every_n_train_steps=10)])
     trainer.fit(model, train_dataloaders=loader)
     if trainer.is_global_zero:
         torch.save({name: value.detach().cpu() for name, value in model.layers.state_dict().items()}, out / "final.pt")

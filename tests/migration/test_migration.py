@@ -411,7 +411,7 @@ def test_p15_max_time_stops_at_a_step_boundary_and_still_saves(tmp_path: Path) -
 
 def test_p16_module_hooks_batch_transfer_optimizer_step_clipping_freeze(tmp_path: Path) -> None:
     result = run("p16_module_hooks.py", tmp_path / "out")
-    assert result["calls"][:4] == ["before", "transfer", "after", "clip:1.0:norm"]
+    assert result["calls"][:4] == ["before", "transfer", "after", "clip:0.25:value"]
     assert result["frozen"] == {"requires_grad": False, "training": False}
     assert result["unfrozen"] == {"requires_grad": True, "training": True}
     net = make_net()

@@ -36,7 +36,8 @@ class Hooked(L.LightningModule):
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         self.calls.append(f"clip:{gradient_clip_val}:{gradient_clip_algorithm}")
-        self.clip_gradients(optimizer, gradient_clip_val=0.25, gradient_clip_algorithm="value")
+        # Lightning's recipe: pass the Trainer's values on (other values than the Trainer's are refused, as there)
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
         # Linear warm-up over the first 4 steps, the recipe from Lightning's docs.
@@ -52,7 +53,7 @@ class Hooked(L.LightningModule):
 def main() -> None:
     out, _ = arguments()
     trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, gradient_clip_val=1.0)
+                        enable_progress_bar=False, gradient_clip_val=0.25, gradient_clip_algorithm="value")
     model = Hooked()
     trainer.fit(model, train_dataloaders=loader(regression_data(), batch_size=16))
     model.freeze()
