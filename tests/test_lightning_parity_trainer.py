@@ -10,6 +10,7 @@ Read from Lightning's source (tag 2.6.5): ``trainer/setup.py`` (``_determine_bat
 
 from __future__ import annotations
 
+import io
 import logging
 import warnings
 from pathlib import Path
@@ -296,3 +297,111 @@ def test_resuming_without_a_callback_whose_state_was_saved_names_it(tmp_path: Pa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         native(max_epochs=2, callbacks=[Stateful()]).fit(Tiny(), loader(), ckpt_path=tmp_path / "saved.ckpt")
+
+
+def test_the_progress_bar_counts_the_batches_of_each_epoch_as_lightnings() -> None:
+    # Lightning's tests_pytorch/trainer/flags/test_check_val_every_n_epoch.py reads total_val_batches at epoch end
+    seen: list[tuple[float, float]] = []
+
+    class Totals(Tiny):
+        def on_train_epoch_end(self) -> None:
+            bar = self.trainer.progress_bar_callback
+            assert bar is not None
+            seen.append((bar.total_train_batches, bar.total_val_batches))
+
+    bar = core.callbacks.ProgressBar(refresh_rate=0, stream=io.StringIO())
+    trainer = native(max_epochs=4, check_val_every_n_epoch=2, limit_val_batches=2, enable_progress_bar=True,
+                     callbacks=[bar])
+    trainer.fit(Totals(), loader(8), loader(8))
+    assert seen == [(4, 0), (4, 2), (4, 0), (4, 2)]  # validation every second epoch, 2 batches each time
+    bounded = native(max_epochs=-1, max_steps=6, enable_progress_bar=True, callbacks=[bar])
+    left: list[float] = []
+
+    class StepsLeft(Tiny):
+        def on_train_epoch_start(self) -> None:
+            left.append(bar.total_train_batches)
+
+    bounded.fit(StepsLeft(), loader(8))
+    assert left == [4, 2]  # max_steps alone: the second epoch shows the 2 steps left, not the loader's 4
+
+
+def test_configure_optimizers_returning_none_runs_the_steps_without_an_optimizer() -> None:
+    class Untrained(Tiny):
+        def configure_optimizers(self) -> None:
+            return None
+
+    module = Untrained()
+    before = [parameter.detach().clone() for parameter in module.parameters()]
+    with pytest.warns(core.CoreWarning, match="returned `None`, this fit will run with no optimizer"):
+        trainer = native(max_epochs=1)
+        trainer.fit(module, loader(8))
+    assert trainer.global_step == 4  # every batch ran its (empty) step
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
+    assert repr(trainer.optimizers[0]) == "LiteOptimizer(No Optimizer)"
+
+
+def test_predict_warns_once_when_predict_step_returns_none() -> None:
+    class Sometimes(Tiny):
+        def predict_step(self, batch: Any, batch_idx: int) -> Any:
+            return None if batch_idx % 2 else batch[0]
+
+    with pytest.warns(core.CoreWarning, match="predict returned None") as caught:
+        outputs = native().predict(Sometimes(), loader(8))
+    assert len([w for w in caught if "predict returned None" in str(w.message)]) == 1
+    assert outputs is not None and [output is None for output in outputs] == [False, True, False, True]
+
+
+def test_freeze_and_unfreeze_return_the_module() -> None:
+    module = Tiny()
+    assert module.freeze() is module and not module.training
+    assert module.unfreeze() is module and module.training
+
+
+def test_a_stop_before_min_epochs_says_so_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    class StopAtOnce(Tiny):
+        def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self.trainer.should_stop = True
+
+    trainer = native(max_epochs=10, min_epochs=3)
+    with caplog.at_level(logging.INFO, logger="core"):
+        trainer.fit(StopAtOnce(), loader(8))
+    assert trainer.current_epoch == 3  # the minimum, then the stop
+    said = [r.message for r in caplog.records if "has not been met" in r.message]
+    assert said == ["Trainer was signaled to stop but the required `min_epochs=3` or `min_steps=None` has not been "
+                    "met. Training will continue..."]
+
+
+class WithLr(Tiny):
+    def __init__(self, lr: float = 0.01) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+def test_load_from_checkpoint_reads_an_hparams_file_and_strict_false_loads_what_matches(tmp_path: Path) -> None:
+    trainer = native(max_steps=1, default_root_dir=tmp_path)
+    trainer.fit(WithLr(lr=0.001), loader(8))
+    path = tmp_path / "saved.ckpt"
+    trainer.save_checkpoint(path)
+    assert WithLr.load_from_checkpoint(path).hparams.lr == 0.001
+    files = {"hparams.yaml": "lr: 0.5\n", "hparams.json": '{"lr": 0.5}', "tags.csv": "key,value\nlr,0.5\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        assert WithLr.load_from_checkpoint(path, hparams_file=tmp_path / name).hparams.lr == 0.5  # the file wins
+    assert WithLr.load_from_checkpoint(path, hparams_file=tmp_path / "tags.csv", lr=0.25).hparams.lr == 0.25
+    with pytest.warns(core.CoreWarning, match=r"hparams_file=.*missing.yaml' does not exist"):
+        assert WithLr.load_from_checkpoint(path, hparams_file=tmp_path / "missing.yaml").hparams.lr == 0.001
+    with pytest.raises(core.ConfigurationError, match=r"expected a \.yaml, \.yml, \.json or \.csv file"):
+        WithLr.load_from_checkpoint(path, hparams_file=tmp_path / "saved.ckpt")
+
+    class Wider(WithLr):
+        def __init__(self, lr: float = 0.01) -> None:
+            super().__init__(lr)
+            self.extra = torch.nn.Linear(2, 2)
+
+    with pytest.raises(core.CheckpointError):
+        Wider.load_from_checkpoint(path)  # strict: the extra layer is not in the checkpoint
+    loaded = Wider.load_from_checkpoint(path, strict=False)
+    assert torch.equal(loaded.layer.weight, WithLr.load_from_checkpoint(path).layer.weight)

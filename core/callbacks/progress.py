@@ -70,6 +70,25 @@ class ProgressBar(Callback):
     def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
         self._attached_trainer = trainer
 
+    @property
+    def total_train_batches(self) -> float:
+        """The training batches of the current epoch (``inf`` for an endless loader), as Lightning's: a run
+        bounded by ``max_steps`` alone (``max_epochs=-1``) counts only the steps left."""
+        trainer = self.trainer
+        if trainer.max_epochs == -1 and trainer.max_steps > 0:
+            return min(trainer.num_training_batches, trainer.max_steps - trainer.global_step)
+        return trainer.num_training_batches
+
+    @property
+    def total_val_batches(self) -> float:
+        """The validation batches of the current epoch over every validation loader, as Lightning's: ``0`` in an
+        epoch that does not validate (``check_val_every_n_epoch``)."""
+        trainer = self.trainer
+        every_n = trainer.config.check_val_every_n_epoch
+        if every_n is not None and (trainer.current_epoch + 1) % every_n:
+            return 0
+        return sum(trainer.num_val_batches)
+
     def get_metrics(self, trainer: TrainerView, module: Module) -> dict[str, Any]:
         """What the bar shows after its position, as Lightning's ``get_metrics``: the run's logger version as
         ``v_num`` (its last 4 characters for a name) and ``trainer.progress_bar_metrics``. Override it to change

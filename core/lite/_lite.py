@@ -24,7 +24,7 @@ import operator
 import os
 import warnings
 import weakref
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
 
@@ -611,7 +611,9 @@ class Lite:
             forward_module = hooks.strategy_setup_module(module=converted)
             self._materialized(converted, empty)
             lite_module = self._wrap_module(forward_module, converted, compiled is not None)
-            return (lite_module, *(self._setup_optimizer(optimizer) for optimizer in optimizers))
+            wrapped = tuple(self._setup_optimizer(optimizer) for optimizer in optimizers)
+            self._link(module, wrapped)
+            return (lite_module, *wrapped)
         forward_module, prepared = together
         self._materialized(converted, empty)
         if len(prepared) != len(optimizers):
@@ -620,7 +622,15 @@ class Lite:
                 f"strategy_setup_module_and_optimizers for the {len(optimizers)} given; expected one per optimizer."
             )
         lite_module = self._wrap_module(forward_module, converted, compiled is not None)
-        return (lite_module, *(wrap_optimizer(optimizer, hooks.strategy_optimizer_step) for optimizer in prepared))
+        wrapped = tuple(wrap_optimizer(optimizer, hooks.strategy_optimizer_step) for optimizer in prepared)
+        self._link(module, wrapped)
+        return (lite_module, *wrapped)
+
+    def _link(self, module: torch.nn.Module, optimizers: Sequence[LiteOptimizer] = ()) -> None:
+        """Link a :class:`core.Module` to this Lite (its ``attach_to_lite``), so it logs, clips and steps through it."""
+        attach = getattr(_compiled(module) or module, "attach_to_lite", None)
+        if callable(attach):
+            attach(self, optimizers)
 
     def setup_module(self, module: torch.nn.Module, move_to_device: bool = True) -> LiteModule:
         """Convert a module to the precision, move it to the device and let the strategy wrap it.
@@ -645,7 +655,9 @@ class Lite:
         empty = _on_meta_device(converted)
         forward_module = self._hooks.strategy_setup_module(module=converted)
         self._materialized(converted, empty)
-        return self._wrap_module(forward_module, converted, compiled is not None)
+        lite_module = self._wrap_module(forward_module, converted, compiled is not None)
+        self._link(module)
+        return lite_module
 
     @staticmethod
     def _check_module(module: object, method: str) -> None:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import csv
 import inspect
+import json
+import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from core._errors import ConfigurationError, CoreError
+from core._errors import ConfigurationError, CoreError, CoreWarning
 
 __all__ = ["AttributeDict"]
 
@@ -96,3 +101,43 @@ class _HyperparametersMixin:
     def hparams_for_loggers(self) -> AttributeDict:
         """:attr:`hparams`, or nothing after ``save_hyperparameters(logger=False)``: what a run sends to the loggers."""
         return self.hparams if self.__dict__.get("_log_hyperparams", True) else AttributeDict()
+
+
+def read_hparams_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The hyperparameters in a logger's file: ``.yaml`` / ``.yml`` (needs pyyaml), ``.json``, or ``.csv`` of
+    ``key,value`` rows whose values read as Python literals (Lightning's tags file)."""
+    where = os.fspath(path)
+    extension = os.path.splitext(where)[1].lower()
+    if extension not in (".yaml", ".yml", ".json", ".csv"):
+        raise ConfigurationError(
+            f"hparams_file={where!r}: expected a .yaml, .yml, .json or .csv file (what the loggers write)."
+        )
+    if not os.path.isfile(where):  # Lightning's rule: a warning, and the checkpoint's own hyperparameters
+        warnings.warn(
+            f"hparams_file={where!r} does not exist: the checkpoint's own hyperparameters are used. Pass the hparams "
+            f"file a logger wrote (its log_dir).", CoreWarning, stacklevel=3,
+        )
+        return {}
+    with open(where, newline="") as file:
+        if extension == ".json":
+            loaded = json.load(file)
+        elif extension == ".csv":
+            loaded = {row[0]: _literal(row[1]) for row in list(csv.reader(file))[1:] if len(row) == 2}
+        else:
+            try:
+                import yaml
+            except ImportError as error:
+                raise ConfigurationError(
+                    f"hparams_file={where!r} is YAML, which needs pyyaml: pip install pyyaml."
+                ) from error
+            loaded = yaml.safe_load(file)
+    if not isinstance(loaded, Mapping):
+        raise ConfigurationError(f"hparams_file={where!r} holds {type(loaded).__name__}; expected a mapping of names.")
+    return dict(loaded)
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text

@@ -16,16 +16,17 @@ from __future__ import annotations
 import builtins
 import contextlib
 import inspect
+import numbers
 import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self
 
 import torch
 
 from core._errors import CheckpointError, ConfigurationError, CoreError, CoreWarning
-from core.module._hparams import _HyperparametersMixin
+from core.module._hparams import _HyperparametersMixin, read_hparams_file
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -305,6 +306,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     __jit_unused_properties__: ClassVar[list[str]] = [
         "trainer", "attached", "automatic_optimization", "device", "device_mesh", "example_input_array", "logger",
         "loggers", "global_rank", "local_rank", "current_epoch", "global_step", "hparams", "hparams_for_loggers",
+        "lite",
     ]
 
     @property
@@ -320,18 +322,44 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     def trainer(self, trainer: TrainerView | None) -> None:
         """Attach the Trainer about to run this module (``None``: forget it); the Trainer does it at a run's start."""
         self.__dict__["_trainer"] = trainer
-        self.__dict__["_running"] = trainer is not None
+        if trainer is not None:
+            self.__dict__["_running"] = True
+        else:
+            self.__dict__.pop("_running", None)
 
     def _end_run(self) -> None:
         """Called by the Trainer when fit / validate / test / predict returns: the module keeps :attr:`trainer`, but
         :attr:`attached` is ``False`` again, so :attr:`device` is where the parameters are and ``self.log`` does
         nothing."""
-        self.__dict__["_running"] = False
+        self.__dict__.pop("_running", None)  # between runs the module holds what a fresh one holds, and its trainer
 
     @property
     def attached(self) -> bool:
         """Whether a Trainer is running this module now."""
         return self.__dict__.get("_trainer") is not None and bool(self.__dict__.get("_running"))
+
+    @property
+    def lite(self) -> Lite | None:
+        """The :class:`core.Lite` that set this module up (``lite.setup(module, ...)``; Lightning's ``fabric``), or
+        ``None``.
+
+        A module that no Trainer has taken then works through its Lite, as a LightningModule does under Fabric:
+        :meth:`log` and :meth:`log_dict` send the values to ``lite.log_dict`` (``logger=False``: nowhere),
+        :attr:`logger` and :attr:`loggers` are the Lite's, :meth:`clip_gradients` is ``lite.clip_gradients``,
+        :meth:`optimizers` the optimizers set up with it, :meth:`manual_backward` is ``lite.backward``, and the
+        ranks are the Lite's. Once a Trainer runs the module, the Trainer answers instead.
+        """
+        return self.__dict__.get("_lite")
+
+    def attach_to_lite(self, lite: Lite | None, optimizers: Sequence[Any] = ()) -> None:
+        """Link this module to the ``lite`` that set it up, with the optimizers set up beside it (``Lite.setup`` calls
+        it; ``None`` unlinks). See :attr:`lite`."""
+        self.__dict__["_lite"] = lite
+        self.__dict__["_lite_optimizers"] = list(optimizers)
+
+    def _lite_mode(self) -> Lite | None:
+        """The Lite to work through: set up by one and never taken by a Trainer."""
+        return self.__dict__.get("_lite") if self.__dict__.get("_trainer") is None else None
 
     @property
     def automatic_optimization(self) -> bool:
@@ -371,25 +399,33 @@ class Module(_HyperparametersMixin, torch.nn.Module):
 
     @property
     def logger(self) -> Any:
-        """The Trainer's first logger, or ``None`` (outside a run as well)."""
+        """The Trainer's first logger (the Lite's, see :attr:`lite`), or ``None`` (outside a run as well).
+
+        Under a Lite without loggers it raises ``IndexError``, as a LightningModule under Fabric does."""
+        lite = self._lite_mode()
+        if lite is not None:
+            return lite.loggers[0]
         trainer = self.__dict__.get("_trainer")
         return trainer.logger if trainer is not None else None
 
     @property
     def loggers(self) -> list[Any]:
-        """The Trainer's loggers (empty outside a run)."""
+        """The Trainer's loggers (the Lite's, see :attr:`lite`; empty outside a run)."""
+        lite = self._lite_mode()
+        if lite is not None:
+            return lite.loggers
         trainer = self.__dict__.get("_trainer")
         return list(trainer.loggers) if trainer is not None else []
 
     @property
     def global_rank(self) -> int:
-        trainer = self.__dict__.get("_trainer")
-        return trainer.global_rank if trainer is not None else 0
+        runner = self.__dict__.get("_trainer") or self._lite_mode()
+        return runner.global_rank if runner is not None else 0
 
     @property
     def local_rank(self) -> int:
-        trainer = self.__dict__.get("_trainer")
-        return trainer.local_rank if trainer is not None else 0
+        runner = self.__dict__.get("_trainer") or self._lite_mode()
+        return runner.local_rank if runner is not None else 0
 
     @property
     def current_epoch(self) -> int:
@@ -436,6 +472,10 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         :param metric_attribute: The attribute that holds a logged ``torchmetrics.Metric``; found by default. A Metric
             must be an attribute of the Module (a submodule, as in Lightning): its state moves and is saved with it.
         """
+        lite = self._lite_mode()
+        if lite is not None:
+            self._log_through_lite(lite, {name: value}, logger)
+            return
         trainer = self.__dict__.get("_trainer")
         if trainer is None or not self.attached:
             _warn_once(f"{type(self).__qualname__}.log({name!r}) outside a Trainer run does nothing.")
@@ -471,13 +511,36 @@ class Module(_HyperparametersMixin, torch.nn.Module):
             )
 
     def log_dict(self, dictionary: Mapping[str, Any], **kwargs: Any) -> None:
-        """:meth:`log` every entry of ``dictionary`` with the same options (a ``MetricCollection`` too)."""
+        """:meth:`log` every entry of ``dictionary`` with the same options (a ``MetricCollection`` too); under a
+        :attr:`lite`, one ``lite.log_dict`` call."""
+        lite = self._lite_mode()
+        if lite is not None:
+            self._log_through_lite(lite, dictionary, kwargs.get("logger", True))
+            return
         for name, value in dictionary.items():
             self.log(name, value, **kwargs)
 
+    def _log_through_lite(self, lite: Lite, dictionary: Mapping[str, Any], logger: bool | None) -> None:
+        """Fabric's way (Lightning's rules and words): numbers and tensors only, at the loggers' own step."""
+        if logger is False:  # no other destination than the loggers: nothing to do
+            return
+        if any(isinstance(value, Mapping) for value in dictionary.values()):
+            raise ConfigurationError(
+                f"`self.log_dict({dict(dictionary)})` was called, but nested dictionaries cannot be logged: log "
+                f"each inner value under a name of its own."
+            )
+        for name, value in dictionary.items():
+            if not isinstance(value, (numbers.Number, torch.Tensor)):
+                raise ConfigurationError(
+                    f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged: "
+                    f"log numbers or tensors."
+                )
+        lite.log_dict(dictionary)
+
     def all_gather(self, data: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
         """Gather a tensor (or a collection of them) from every process: shape ``(world_size, *shape)``."""
-        return self.trainer.lite.all_gather(data, group=group, sync_grads=sync_grads)
+        lite = self._lite_mode() or self.trainer.lite
+        return lite.all_gather(data, group=group, sync_grads=sync_grads)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank 0 only."""
@@ -485,8 +548,9 @@ class Module(_HyperparametersMixin, torch.nn.Module):
             builtins.print(*args, **kwargs)
 
     def optimizers(self) -> Any:
-        """The set-up optimizer, or a list when there are several (for manual optimization)."""
-        optimizers = self.trainer.optimizers
+        """The set-up optimizer, or a list when there are several (for manual optimization); under a :attr:`lite`,
+        those set up with this module."""
+        optimizers = self.__dict__["_lite_optimizers"] if self._lite_mode() is not None else self.trainer.optimizers
         return optimizers[0] if len(optimizers) == 1 else optimizers
 
     def lr_schedulers(self) -> Any:
@@ -502,6 +566,10 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         As in Lightning, it runs the callbacks' and then this Module's ``on_before_backward``, the :meth:`backward`
         hook (extra arguments go to it), then the callbacks' and this Module's ``on_after_backward``.
         """
+        lite = self._lite_mode()
+        if lite is not None:
+            lite.backward(loss, *args, **kwargs)
+            return
         trainer = self.trainer
         for callback in trainer.callbacks:
             callback.on_before_backward(trainer, self, loss)
@@ -522,7 +590,23 @@ class Module(_HyperparametersMixin, torch.nn.Module):
         Left out, each argument is the Trainer's ``gradient_clip_val`` (no clipping when unset) /
         ``gradient_clip_algorithm``; a value that contradicts a ``gradient_clip_val`` given to the Trainer is
         refused. Call it from :meth:`configure_gradient_clipping`, or in ``training_step`` under manual optimization.
+        Under a :attr:`lite` it is ``lite.clip_gradients(self, optimizer, clip_val= / max_norm=)`` (``"norm"`` unless
+        told otherwise).
         """
+        lite = self._lite_mode()
+        if lite is not None:
+            if gradient_clip_val is None:
+                return
+            algorithm = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm) or "norm").lower()
+            if algorithm not in ("norm", "value"):
+                raise ConfigurationError(
+                    f"clip_gradients(gradient_clip_algorithm={gradient_clip_algorithm!r}): the allowed algorithms "
+                    f"are 'norm' and 'value'."
+                )
+            value = float(gradient_clip_val)
+            lite.clip_gradients(self, optimizer, clip_val=value if algorithm == "value" else None,
+                                max_norm=value if algorithm == "norm" else None)
+            return
         config = self.trainer.config
         configured_val, configured_algorithm = config.gradient_clip_val, config.gradient_clip_algorithm
         if gradient_clip_val is None:
@@ -560,17 +644,17 @@ class Module(_HyperparametersMixin, torch.nn.Module):
 
     # -- freezing and optimizer toggling (Lightning's names) ------------------------------------------
 
-    def freeze(self) -> None:
-        """No gradients for any parameter, and evaluation mode."""
+    def freeze(self) -> Self:
+        """No gradients for any parameter, and evaluation mode; returns the module (as Lightning's, for chaining)."""
         for parameter in self.parameters():
             parameter.requires_grad = False
-        self.eval()
+        return self.eval()
 
-    def unfreeze(self) -> None:
-        """Gradients for every parameter again, and training mode."""
+    def unfreeze(self) -> Self:
+        """Gradients for every parameter again, and training mode; returns the module."""
         for parameter in self.parameters():
             parameter.requires_grad = True
-        self.train()
+        return self.train()
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only ``optimizer``'s parameters require gradients until :meth:`untoggle_optimizer` (GAN-style loops).
@@ -616,11 +700,13 @@ class Module(_HyperparametersMixin, torch.nn.Module):
 
     @classmethod
     def load_from_checkpoint(
-        cls, checkpoint_path: str | os.PathLike[str], map_location: Any = None, strict: bool = True,
-        **kwargs: Any,
+        cls, checkpoint_path: str | os.PathLike[str], map_location: Any = None,
+        hparams_file: str | os.PathLike[str] | None = None, strict: bool = True, **kwargs: Any,
     ) -> Any:
-        """A new module of this class built from a Trainer checkpoint: its saved hyperparameters (overridden by
-        ``kwargs``) go to ``__init__``, then the weights are loaded (Lightning's ``load_from_checkpoint``).
+        """A new module of this class built from a Trainer checkpoint: its saved hyperparameters (updated from
+        ``hparams_file``, a logger's ``hparams.yaml`` / ``.json`` / tags ``.csv``, then overridden by ``kwargs``) go
+        to ``__init__``, then the weights are loaded (Lightning's ``load_from_checkpoint``; ``strict=False`` loads
+        what matches).
 
         The checkpoint is read with ``weights_only=True``: nothing in it can run code.
         """
@@ -633,7 +719,8 @@ class Module(_HyperparametersMixin, torch.nn.Module):
                 f"{where!r} is not a Trainer checkpoint (it has no 'state_dict'); load a Lite checkpoint with "
                 f"Lite.load into a module you build yourself."
             )
-        hyperparameters = {**dict(checkpoint.get("hyper_parameters") or {}), **kwargs}
+        from_file = read_hparams_file(hparams_file) if hparams_file is not None else {}
+        hyperparameters = {**dict(checkpoint.get("hyper_parameters") or {}), **from_file, **kwargs}
         try:
             module = cls(**hyperparameters)
         except TypeError as error:
@@ -649,7 +736,9 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_trainer"] = None  # a live trainer (its processes, files) does not travel with the module
-        state["_running"] = False
+        state.pop("_running", None)
+        state.pop("_lite", None)  # nor a live Lite
+        state.pop("_lite_optimizers", None)
         state.pop("_toggled", None)
         return state
 

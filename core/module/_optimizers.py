@@ -4,14 +4,15 @@ Below the Trainer and the callbacks (the layers of CONTRIBUTING's map): both rea
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 import torch
 
 from core._checks import is_whole
-from core._errors import ConfigurationError
+from core._errors import ConfigurationError, CoreWarning
 
 INTERVALS: Final = ("epoch", "step")
 _SCHEDULER_KEYS: Final = frozenset({"scheduler", "interval", "frequency", "monitor", "strict", "name"})
@@ -94,9 +95,39 @@ def _from_dicts(items: Sequence[Mapping[str, Any]]) -> tuple[list[torch.optim.Op
     return optimizers, schedulers
 
 
+class NoOptimizer(torch.optim.Optimizer):
+    """What a run steps when ``configure_optimizers`` returned ``None`` (Lightning's rule): ``step(closure)`` runs
+    the closure (the forward and backward) and changes nothing; its state is empty."""
+
+    def __init__(self) -> None:
+        super().__init__([torch.zeros(1)], {})
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        return closure() if closure is not None else None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "No Optimizer"
+
+
 def parse_optimizers(returned: Any) -> tuple[list[torch.optim.Optimizer], list[SchedulerConfig]]:
-    """Read what ``configure_optimizers`` returned into ``(optimizers, scheduler configs)``."""
+    """Read what ``configure_optimizers`` returned into ``(optimizers, scheduler configs)``; ``None`` is a run
+    without an optimizer (a :class:`NoOptimizer`, with a warning), as in Lightning."""
     schedulers: list[SchedulerConfig]
+    if returned is None:
+        warnings.warn(
+            "`configure_optimizers` returned `None`, this fit will run with no optimizer: the steps run the forward "
+            "and backward and change no parameter. Return an optimizer to train.", CoreWarning, stacklevel=3
+        )
+        returned = NoOptimizer()
     if _is_optimizer(returned):
         optimizers, schedulers = [returned], []
     elif isinstance(returned, Mapping):

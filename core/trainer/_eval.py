@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
 
+from core._errors import CoreWarning
 from core.trainer._data import PreparedLoader, batch_transfer, copied_arguments, overrides
 from core.trainer._logging import EPOCH, EVAL_BATCH, MetricStore
 from core.trainer._signatures import check_dataloader_idx, takes_batch_idx
@@ -101,6 +103,7 @@ def _run_batches(
     profiler = trainer.active_profiler
     if profiler is not None:  # Lightning's action names
         step_module = profiler.wrap(f"[Strategy]{type(trainer.lite.strategy).__name__}.{loop.step}", step_module)
+    warned_none = False
     for loader_index, prepared in enumerate(loaders):
         store.enter(EVAL_BATCH, loader_index if several else None)
         extra = (loader_index,) if several else ()
@@ -123,6 +126,12 @@ def _run_batches(
                 hook(trainer, module, batch, batch_index, *extra)
             module_start(batch, batch_index, *extra)
             output = step_module(batch, batch_index, *extra) if with_index else step_module(batch, *extra)
+            if output is None and loop is PREDICT and not warned_none:
+                warned_none = True  # once per predict, as Lightning's warning cache
+                warnings.warn(
+                    f"predict returned None (predict_step, batch {batch_index}): if it was on purpose, ignore this "
+                    f"warning; otherwise return the batch's predictions from predict_step.", CoreWarning, stacklevel=2
+                )
             for hook in end_hooks:
                 hook(trainer, module, output, batch, batch_index, *extra)
             module_end(output, batch, batch_index, *extra)

@@ -28,6 +28,7 @@ what is logged at a logging step.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -43,6 +44,8 @@ from core.trainer._logging import EPOCH, TRAIN_BATCH
 from core.trainer._optim import step_schedulers
 from core.trainer._samples import RemainderSampler, epoch_samples, resized_remainder, sampler_swapped
 from core.trainer._signatures import takes_batch_idx
+
+_log = logging.getLogger("core.trainer")  # INFO lines reach handlers where "core" is set to INFO (core.lightning)
 
 if TYPE_CHECKING:
     from core.profilers import Profiler
@@ -103,6 +106,7 @@ class FitLoop:
         self.val_every = self._val_every()
         self.epoch_setters = epoch_setters(train.loader)
         self.backward_in_window = False
+        self.minimums_said = False  # the INFO line on a stop refused by min_epochs / min_steps, said once
         hooks = trainer.run_state.hooks
         self.cb_batch_start = hooks["on_train_batch_start"]
         self.cb_batch_end = hooks["on_train_batch_end"]
@@ -187,14 +191,29 @@ class FitLoop:
             return True
         if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
             return True
-        return trainer.should_stop and self._minimums_met()
+        return self._stops_early()
 
     def _fit_stops(self) -> bool:
         """Whether the fit ends now for a reason other than its epochs (``max_steps``, or ``should_stop``)."""
         trainer, progress = self.trainer, self.trainer.run_state.progress
         if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
             return True
-        return trainer.should_stop and self._minimums_met()
+        return self._stops_early()
+
+    def _stops_early(self) -> bool:
+        """``should_stop``, once ``min_epochs`` and ``min_steps`` are met; until then Lightning's INFO line, once."""
+        if not self.trainer.should_stop:
+            return False
+        if self._minimums_met():
+            return True
+        if not self.minimums_said:
+            self.minimums_said = True
+            config = self.trainer.config
+            _log.info(
+                f"Trainer was signaled to stop but the required `min_epochs={config.min_epochs or None!r}` or "
+                f"`min_steps={config.min_steps or None!r}` has not been met. Training will continue..."
+            )
+        return False
 
     def _minimums_met(self) -> bool:
         trainer, progress = self.trainer, self.trainer.run_state.progress

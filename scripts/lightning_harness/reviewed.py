@@ -53,6 +53,12 @@ KEPT: dict[str, str] = {
         "Lightning loads only a last*.ckpt file and otherwise nothing (docs/migrating-from-lightning.md, "
         "'Checkpoints')"
     ),
+    "tests_pytorch/trainer/test_trainer.py::test_train_loop_system": (
+        "expects a plain optimizer's step(closure) to run training_step, zero_grad and backward inside the closure; "
+        "core zeroes the gradients before training_step and steps after the backward, with a closure only for an "
+        "overridden optimizer_step or an optimizer that needs one (docs/migrating-from-lightning.md, 'When the "
+        "gradients are zeroed')"
+    ),
     "tests_pytorch/trainer/test_trainer.py::test_predict_return_predictions_cpu": (
         "expects predict's outputs in float64 under 64-true; core's step methods run as the forward of the set-up "
         "module, whose outputs come back as float32 (docs/migrating-from-lightning.md, '-true precisions')"
@@ -356,4 +362,7 @@ NOT_APPLICABLE: dict[str, str] = {
         "the launcher against the private `_MultiProcessingLauncher`",
     'tests_pytorch/trainer/test_trainer.py::test_trainer_predict_grad':
         "imports Lightning's private `_MultiProcessingLauncher`",
+    'tests_pytorch/trainer/test_trainer.py::test_trainer_predict_no_return':
+        "its helper predict() imports Lightning's private `_MultiProcessingLauncher` (the warning it checks is "
+        "tested in tests/test_lightning_parity_trainer.py)",
 }
