@@ -68,11 +68,12 @@ def test_the_table_leaves_not_applicable_tests_out_and_names_kept_ones() -> None
         lightning_tests.Outcome("tests_x/test_a.py::test_ok[1]", "passed"),
         lightning_tests.Outcome("tests_x/test_a.py::test_ok[2]", "failed", "AssertionError"),
         lightning_tests.Outcome("tests_x/test_a.py::test_internal", "failed", "has no attribute '_results'"),
-        lightning_tests.Outcome("tests_x/test_a.py::test_kept", "failed", "CheckpointError"),
+        lightning_tests.Outcome("tests_x/test_a.py::test_kept[cpu]", "failed", "CheckpointError"),
+        lightning_tests.Outcome("tests_x/test_a.py::test_kept[cuda]", "skipped"),  # skipped: not a kept failure
         lightning_tests.Outcome("tests_x/test_a.py::test_skip", "skipped"),
     ]
     table = lightning_tests.table(outcomes, {"tests_x/test_a.py::test_internal": "internal"}, {
         "tests_x/test_a.py::test_kept": "on purpose"})
-    assert "| tests_x/test_a.py | 1 | 2 | 1 | 1 | 1 | 33 % |" in table
+    assert "| tests_x/test_a.py | 1 | 2 | 1 | 2 | 1 | 33 % |" in table
     suggested = lightning_tests.suggest_not_applicable(outcomes, {})
     assert suggested == {"tests_x/test_a.py::test_internal": "reads Lightning's private attribute `_results`"}

@@ -103,3 +103,4 @@ def test_under_ddp_spawn_the_callers_logger_points_where_rank_zero_wrote(tmp_pat
     rows = (log_dir / "metrics.csv").read_text().splitlines()
     assert set(rows[0].split(",")) == {"step", "loss", "epoch"} and len(rows) == 3  # 2 optimizer steps, both logged
     assert json.loads((log_dir / "hparams.json").read_text()) == {"width": 2}
+    assert reported["state"] == [True, True]  # core.lightning's Trainer: finished in the spawned processes

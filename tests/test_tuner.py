@@ -180,3 +180,14 @@ def test_on_two_processes_lr_find_agrees_on_every_rank_and_fit_follows(tmp_path:
     assert 5 < len(ranks[0]["results"]["loss"]) < 40
     assert "scale_batch_size() runs on one process" in ranks[0]["refused"]
     assert ranks[0]["global_step"] == 256 // 4 // 2  # the real fit ran after the sweep, on both processes
+
+
+def test_under_fast_dev_run_both_tuners_skip_with_a_warning_and_change_nothing(tmp_path: Path) -> None:
+    model = Regressor(lr=0.5, batch_size=4)
+    tuner = Tuner(core.Trainer(accelerator="cpu", fast_dev_run=True, logger=False, enable_progress_bar=False,
+                               enable_model_summary=False, default_root_dir=tmp_path))
+    with pytest.warns(core.CoreWarning, match="Skipping learning rate finder since `fast_dev_run` is enabled"):
+        assert tuner.lr_find(model) is None
+    with pytest.warns(core.CoreWarning, match="Skipping batch size scaler since `fast_dev_run` is enabled"):
+        assert tuner.scale_batch_size(model) is None
+    assert (model.lr, model.batch_size, model.trial_batch_sizes) == (0.5, 4, [])  # nothing ran, nothing changed

@@ -261,10 +261,10 @@ class Trainer(_CoreTrainer):
 
         Where the run did not start in this process (its processes were spawned, or the arguments were refused
         before it started), the callbacks' ``on_exception`` run here, as Lightning calls them in the process that
-        called the entry point."""
+        called the entry point; when such a run returns, ``state`` reads finished here too."""
         self.__dict__["_run_started_here"] = False
         try:
-            return entry_point(*args, **kwargs)
+            result = entry_point(*args, **kwargs)
         except BaseException as exception:
             self.state.status = TrainerStatus.INTERRUPTED
             if isinstance(exception, KeyboardInterrupt):
@@ -279,6 +279,10 @@ class Trainer(_CoreTrainer):
             if isinstance(exception, KeyboardInterrupt):
                 sys.exit(1)
             raise
+        if not self.__dict__["_run_started_here"]:  # it ran in spawned processes: finished there, as Lightning's
+            live = self.state  # launcher brings the state back to the calling process
+            live.status, live.fn, live.stage = TrainerStatus.FINISHED, TrainerFn(entry_point.__name__), None
+        return result
 
     def default_loggers(self) -> list[Logger]:
         if tensorboard_available():

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gc
 import math
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from core._checks import is_whole
-from core._errors import ConfigurationError
+from core._errors import ConfigurationError, CoreWarning
 from core.callbacks import Callback
 
 if TYPE_CHECKING:
@@ -139,6 +140,17 @@ class Tuner:
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
 
+    def _skipped_for_fast_dev_run(self, what: str) -> bool:
+        """Lightning's rule: under ``fast_dev_run`` (a check that the code runs) a tuner does nothing, with a
+        warning, and returns ``None``."""
+        if not self._trainer.config.fast_dev_run:
+            return False
+        warnings.warn(
+            f"Skipping {what} since `fast_dev_run` is enabled: it checks that the code runs, in too few steps to "
+            f"tune anything. Tune without fast_dev_run.", CoreWarning, stacklevel=3,
+        )
+        return True
+
     def lr_find(
         self,
         model: Module,
@@ -170,6 +182,8 @@ class Tuner:
             raise ConfigurationError(f"lr_find(min_lr={min_lr}, max_lr={max_lr}): expected 0 < min_lr < max_lr.")
         if not is_whole(num_training, 2):
             raise ConfigurationError(f"lr_find(num_training={num_training!r}): expected an int >= 2.")
+        if self._skipped_for_fast_dev_run("learning rate finder"):
+            return None
         attribute = _lr_attribute(model, attr_name) if update_attr else None
         finder = LRFinder(mode, min_lr, max_lr, num_training)
         sweep = _Sweep(finder, early_stop_threshold)
@@ -225,6 +239,8 @@ class Tuner:
                 f"hparams{' nor the DataModule' if datamodule is not None else ''} has {batch_arg_name!r}; add it "
                 f"and build train_dataloader() with it."
             )
+        if self._skipped_for_fast_dev_run("batch size scaler"):
+            return None
         original = _find_attribute(model, datamodule, batch_arg_name)
         size, low, high = init_val, 0, None
         with _restored(model):

@@ -27,6 +27,12 @@ _FABRIC_CLI = (
     "launch() sets the process up (docs/migrating-from-lightning.md, 'Lite (Fabric)')"
 )
 
+_FIT_ORDER = (
+    "expects the loaders after on_fit_start and the gradients zeroed between training_step and backward; core asks "
+    "for the loaders before configure_optimizers and zeroes before training_step (docs/migrating-from-lightning.md, "
+    "'When fit asks for the loaders', 'When the gradients are zeroed')"
+)
+
 KEPT: dict[str, str] = {
     "tests_fabric/test_fabric.py::test_load_raw": _FABRIC_STRATEGY_MOCKS,
     "tests_fabric/test_fabric.py::test_fabric_load_forwards_weights_only_to_strategy": _FABRIC_STRATEGY_MOCKS,
@@ -52,6 +58,15 @@ KEPT: dict[str, str] = {
         "ckpt_path='last' is the newest checkpoint in the ModelCheckpoints' directories in core, save_last or not; "
         "Lightning loads only a last*.ckpt file and otherwise nothing (docs/migrating-from-lightning.md, "
         "'Checkpoints')"
+    ),
+    "tests_pytorch/models/test_hooks.py::test_trainer_model_hook_system_fit": _FIT_ORDER,
+    "tests_pytorch/models/test_hooks.py::test_trainer_model_hook_system_fit_no_val_and_resume_max_epochs": _FIT_ORDER,
+    "tests_pytorch/models/test_hooks.py::test_trainer_model_hook_system_fit_no_val_and_resume_max_steps": _FIT_ORDER,
+    "tests_pytorch/trainer/flags/test_overfit_batches.py::test_overfit_batches_same_batch_for_train_and_val": (
+        "BoringModel's train and val loaders hold two torch.randn datasets, equal only because Lightning asks for the "
+        "val loader inside the sanity check, which restores the random state, and for the train loader after it; "
+        "core asks for both before configure_optimizers, so they differ (docs/migrating-from-lightning.md, 'When fit "
+        "asks for the loaders'). The overfit behaviour itself (the same sequential batches each epoch) passes"
     ),
     "tests_pytorch/trainer/test_trainer.py::test_train_loop_system": (
         "expects a plain optimizer's step(closure) to run training_step, zero_grad and backward inside the closure; "

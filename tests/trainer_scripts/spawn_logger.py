@@ -3,7 +3,8 @@
     python spawn_logger.py <root directory>
 
 The ranks run in new processes, so the version rank 0's logger chose there must come back to the caller's logger.
-Prints one JSON line: the caller's ``log_dir`` and the version directories under ``<root>/logs``.
+Prints one JSON line: the caller's ``log_dir``, the version directories under ``<root>/logs``, and the state the
+Trainer (core.lightning's, with Lightning's ``state``) reads after the spawned run.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import core
+import core.lightning as L
 from core.loggers import CSVLogger
 
 
@@ -40,12 +42,13 @@ def main(root: str) -> None:
     generator = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(16, 2, generator=generator), torch.randn(16, 1, generator=generator))
     logger = CSVLogger(root)
-    trainer = core.Trainer(
+    trainer = L.Trainer(
         accelerator="cpu", strategy="ddp_spawn", devices=2, max_epochs=1, logger=logger, log_every_n_steps=1,
         enable_checkpointing=False, enable_progress_bar=False, default_root_dir=root,
     )
     trainer.fit(Tiny(), train_dataloaders=DataLoader(data, batch_size=4))
-    print(json.dumps({"log_dir": logger.log_dir, "versions": sorted(os.listdir(os.path.join(root, "logs")))}))
+    print(json.dumps({"log_dir": logger.log_dir, "versions": sorted(os.listdir(os.path.join(root, "logs"))),
+                      "state": [trainer.state.finished, trainer.state.fn == "fit"]}))
 
 
 if __name__ == "__main__":
