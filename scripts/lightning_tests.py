@@ -181,7 +181,7 @@ def table(outcomes: list[Outcome], not_applicable: dict[str, str], kept: dict[st
             rows[file]["not applicable"] += 1
             continue
         rows[file]["failed" if outcome.status == "error" else outcome.status] += 1
-        if base_id(outcome.nodeid) in kept and outcome.status in ("failed", "error"):  # a skipped one is no failure kept
+        if base_id(outcome.nodeid) in kept and outcome.status in ("failed", "error"):  # skipped: no failure
             rows[file]["kept"] += 1
     lines = [
         "| file | passed | failed | of which kept | skipped | not applicable | fair pass rate |",
