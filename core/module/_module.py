@@ -21,7 +21,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
 
@@ -30,6 +30,7 @@ from core.module._hparams import _HyperparametersMixin, read_hparams_file
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
+    from typing_extensions import Self
 
     from core.lite import Lite
     from core.loggers import Logger

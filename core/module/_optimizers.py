@@ -102,7 +102,7 @@ class NoOptimizer(torch.optim.Optimizer):
     def __init__(self) -> None:
         super().__init__([torch.zeros(1)], {})
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         return closure() if closure is not None else None
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -47,8 +47,9 @@ def main(root: str) -> None:
         enable_checkpointing=False, enable_progress_bar=False, default_root_dir=root,
     )
     trainer.fit(Tiny(), train_dataloaders=DataLoader(data, batch_size=4))
+    state: Any = trainer.state  # Lightning's TrainerState (core's Trainer types it as the run's name)
     print(json.dumps({"log_dir": logger.log_dir, "versions": sorted(os.listdir(os.path.join(root, "logs"))),
-                      "state": [trainer.state.finished, trainer.state.fn == "fit"]}))
+                      "state": [state.finished, state.fn == "fit"]}))
 
 
 if __name__ == "__main__":
