@@ -165,6 +165,13 @@ def test_check_verbose_and_json_give_long_reasons_whole(installed: Installer) ->
     assert f"ImportError: {reason}. Reinstall it" in check_reason
 
 
+def test_check_of_the_legacy_precision_aliases_says_no_deprecation() -> None:
+    result = run_cli("--check", "--kind", "precision")
+    rows = {line.split()[1]: line.split()[4] for line in result.stdout.partition("\n\n")[0].splitlines()[2:]}
+    assert rows["16"] == rows["bf16"] == "usable"  # imported and checked
+    assert "CoreDeprecationWarning" not in result.stderr  # the warning is for whoever selects the alias
+
+
 def test_check_json_payload() -> None:
     result = run_cli("--check", "--json", "--kind", "accelerator")
     payload = json.loads(result.stdout)

@@ -11,10 +11,11 @@ import inspect
 import json
 import sys
 import textwrap
+import warnings
 from collections.abc import Sequence
 from typing import Any, Final
 
-from core._errors import CoreError
+from core._errors import CoreDeprecationWarning, CoreError
 from core._records import KINDS
 from core._traits import traits_of
 from core.hookspecs import CONTRACT_VERSION
@@ -84,7 +85,9 @@ def _check_one(info: PluginInfo) -> tuple[str, str, object | None]:
     if not info.selectable:
         return info.status, info.reason, None
     try:
-        plugin = load(info)
+        with warnings.catch_warnings():  # a legacy alias warns whoever selects it, not a check of what is installed
+            warnings.simplefilter("ignore", CoreDeprecationWarning)
+            plugin = load(info)
         _contracts[info.pinned_name] = inspect_contract(plugin)
         _register(_manager(), info.kind, info.alias, plugin)
         traits = traits_of(plugin, info.kind, info.alias)
