@@ -348,6 +348,32 @@ def test_manual_optimization_counts_every_optimizer_step() -> None:
         trainer(max_epochs=1, accumulate_grad_batches=2).fit(Manual(), loader(4))
 
 
+def test_under_manual_optimization_the_module_steps_its_schedulers() -> None:
+    class Manual(Tiny):
+        def __init__(self, step_in_epoch_end: bool) -> None:
+            super().__init__()
+            self.automatic_optimization, self.step_in_epoch_end = False, step_in_epoch_end
+
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)]
+
+        def training_step(self, batch: Any, batch_idx: int) -> None:
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            self.manual_backward(self.layer(batch[0]).pow(2).mean())
+            optimizer.step()
+
+        def on_train_epoch_end(self) -> None:
+            if self.step_in_epoch_end:
+                self.lr_schedulers().step()
+
+    for step_in_epoch_end, stepped in ((False, 0), (True, 3)):
+        run = trainer(max_epochs=3)
+        run.fit(Manual(step_in_epoch_end), loader(4))
+        assert run.lr_scheduler_configs[0].scheduler.last_epoch == stepped  # the Trainer never steps them
+
+
 def test_a_training_step_returning_none_skips_the_optimizer_step() -> None:
     class Skipping(Tiny):
         def training_step(self, batch: Any, batch_idx: int) -> Any:

@@ -319,7 +319,7 @@ class FitLoop:
         hooks.call_epoch_end(trainer, module, after_metrics=False)
         module.on_train_epoch_end()
         trainer.record_epoch_values(store.compute_epoch(), store, log=True)
-        if schedulers:
+        if schedulers and self.automatic:  # under manual optimization the Module steps its schedulers (Lightning)
             step_schedulers(self.schedulers, "epoch", progress.epoch + 1, lambda: trainer.callback_metrics,
                             module.lr_scheduler_step)
         progress.epoch_finished = True
