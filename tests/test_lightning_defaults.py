@@ -112,9 +112,13 @@ def test_fit_without_validation_data_or_step_says_nothing() -> None:
 
 @pytest.mark.parametrize("stage", ["validate", "test"])
 def test_validate_and_test_without_their_step_are_refused_before_running(stage: str) -> None:
+    class Prepared(Regression):
+        def prepare_data(self) -> None:
+            raise AssertionError("the refusal comes before prepare_data, as Lightning's")
+
     step = "validation_step" if stage == "validate" else "test_step"
     with pytest.raises(ConfigurationError, match=f"does not override: define {step}"):
-        getattr(quiet(), stage)(Regression(), data())
+        getattr(quiet(), stage)(Prepared(), data())
 
 
 # ------------------------------------------------------------------------ signature-aware step arguments

@@ -312,11 +312,6 @@ def _set_up_eval_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[st
         _skip_validation(trainer, loaders.get(loop.data), datamodule, module)
         setattr(trainer, loop.batch_counts, [])
         return []
-    if stage in ("validate", "test") and not overrides(module, loop.step):
-        raise ConfigurationError(
-            f"{stage}() runs {type(module).__qualname__}.{loop.step}(), which it does not override: define "
-            f"{loop.step}(self, batch, batch_idx)."
-        )
     if limit == 0:  # the loop is off: its data is not even asked for (Lightning's rule)
         setattr(trainer, loop.batch_counts, [])
         return []
@@ -332,6 +327,19 @@ def _set_up_eval_data(trainer: Trainer, lite: Lite, stage: str, loaders: dict[st
                 for loader in found]
     setattr(trainer, loop.batch_counts, [loader.batches for loader in prepared])
     return prepared
+
+
+def check_eval_step(stage: str, module: Module) -> None:
+    """``validate()`` / ``test()`` need their step: refused before the run starts (before ``prepare_data`` and
+    ``setup``, as Lightning's ``_verify_loop_configurations``)."""
+    if stage not in ("validate", "test"):
+        return
+    step = EVAL_LOOP_OF_STAGE[stage].step
+    if not overrides(module, step):
+        raise ConfigurationError(
+            f"{stage}() runs {type(module).__qualname__}.{step}(), which it does not override: define "
+            f"{step}(self, batch, batch_idx)."
+        )
 
 
 def _agree_logger_versions(trainer: Trainer, lite: Lite) -> None:

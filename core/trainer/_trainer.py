@@ -359,7 +359,7 @@ class Trainer:
     def _launch(
         self, stage: str, model: Module, datamodule: DataModule | None, loaders: dict[str, Any], ckpt_path: Any
     ) -> Any:
-        from core.trainer._run import Outcome, run_stage
+        from core.trainer._run import Outcome, check_eval_step, run_stage
 
         if not isinstance(model, Module):
             raise ArgumentTypeError(
@@ -368,6 +368,7 @@ class Trainer:
             )
         if datamodule is not None and not isinstance(datamodule, DataModule):
             raise ConfigurationError(f"datamodule={datamodule!r}: expected a core.DataModule.")
+        check_eval_step(stage, model)
         if self.state:  # a run's name while one runs (the Lightning Trainer's state object is falsy when idle)
             raise CoreError(f"trainer.{stage}() was called while trainer.{self.state}() is running.")
         lite = self.run_state.lite if not self._lite_used else Lite(**self._lite_settings)
