@@ -172,11 +172,35 @@ def test_flops_per_batch_gives_flops_per_second_and_bad_options_are_refused(tmp_
     assert [row["step"] for row in rates] == [1, 2, 3]  # Lightning's numbering: the steps before this batch's
     for row in rates:  # over the same window: flops per second = flops per batch * batches per second
         assert row["train/device/flops_per_sec"] == pytest.approx(1000 * row["train/device/batches_per_sec"])
-        assert "train/device/mfu" not in row  # no table of device peaks: no MFU
+        assert "train/device/mfu" not in row  # a CPU has no peak in the table: no MFU
     with pytest.raises(core.ConfigurationError, match="window_size >= 2"):
         ThroughputMonitor(batch_size_fn=len, window_size=1)
     with pytest.raises(core.ConfigurationError, match=r"unknown option\(s\) \['available_flops'\]"):
         ThroughputMonitor(batch_size_fn=len, available_flops=1e12)
+
+
+def test_a_device_with_known_peak_flops_gets_its_mfu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A GPU's peak comes from core.lite.get_available_flops' table (tested in test_lightning_downstream.py); this
+    # machine has no GPU, so the lookup is replaced here: what is covered is that the callback looks the peak up for
+    # the run's device and precision dtype and divides by it, not the CUDA table itself.
+    asked: list[tuple[str, torch.dtype]] = []
+
+    def peak(device: torch.device, dtype: torch.dtype) -> int:
+        asked.append((device.type, dtype))
+        return 4000
+
+    monkeypatch.setattr("core.lite._throughput.get_available_flops", peak)
+    logger = CSVLogger(tmp_path)
+    module = Regression(train_sleep=0.005)
+    module.flops_per_batch = 1000  # type: ignore[assignment]
+    monitor = ThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), window_size=2)
+    trainer(tmp_path, [monitor], max_epochs=1, logger=logger, log_every_n_steps=1, limit_train_batches=4,
+            precision="64-true").fit(module, loader())
+    assert asked == [("cpu", torch.float64)]
+    rates = rows_with(read_metrics(logger), "train/device/mfu")
+    assert len(rates) == 3
+    for row in rates:
+        assert row["train/device/mfu"] == pytest.approx(row["train/device/flops_per_sec"] / 4000)
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import torch
 from core._errors import ConfigurationError, CoreWarning
 from core.callbacks._callback import Callback
 from core.lite import Throughput
+from core.lite._throughput import device_peak_flops
 
 if TYPE_CHECKING:
     from core.module import Module, TrainerView
@@ -44,7 +45,8 @@ class ThroughputMonitor(Callback):
     ``log_every_n_steps`` batches, at their batch count. The sanity check is not measured.
 
     A Module with a ``flops_per_batch`` attribute adds ``device/flops_per_sec`` (``flops_per_sec`` across
-    processes); ``device/mfu`` is never logged, since it needs the device's peak flops, which core does not tabulate.
+    processes), and ``device/mfu`` where the device's peak flops in the precision's dtype are known
+    (:func:`core.lite.get_available_flops`, looked up at ``setup``: CUDA GPUs and TPUs; not CPUs).
 
     :param batch_size_fn: The number of samples in a batch: ``lambda batch: batch[0].size(0)``. The rates assume it
         is the same on every process.
@@ -64,7 +66,7 @@ class ThroughputMonitor(Callback):
         self.batch_size_fn = batch_size_fn
         self.length_fn = length_fn
         self.kwargs = kwargs
-        self.available_flops: float | None = None  # no table of device peaks here: no MFU
+        self.available_flops: float | None = None  # the device's peak, found at setup: device/mfu
         Throughput(**self._options())  # refuse a bad window now, not at the first batch
         self._throughputs: dict[str, Throughput] = {}
         self._t0s: dict[str, float] = {}
@@ -77,8 +79,12 @@ class ThroughputMonitor(Callback):
     def _options(self) -> dict[str, Any]:
         return {name: value for name, value in self.kwargs.items() if name in ("window_size", "separator")}
 
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
+        self.available_flops = device_peak_flops(trainer.lite)
+
     def _start(self, trainer: TrainerView, stage: str) -> None:
-        self._throughputs[stage] = Throughput(world_size=trainer.world_size, **self._options())
+        self._throughputs[stage] = Throughput(available_flops=self.available_flops, world_size=trainer.world_size,
+                                              **self._options())
         self._samples[stage] = self._batches[stage] = self._lengths[stage] = 0
         self._t0s[stage] = time.perf_counter()
 

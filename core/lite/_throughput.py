@@ -134,6 +134,13 @@ class Throughput:
         self.flops.clear()
 
 
+def device_peak_flops(lite: Lite) -> int | None:
+    """The peak flops of the launched ``lite``'s device in its precision's compute dtype (the precision plugin's
+    ``dtype``, float32 without one), as Lightning's monitors look them up; None where the table has none (CPU)."""
+    dtype = getattr(lite.strategy.precision, "dtype", torch.float32)  # type: ignore[attr-defined]
+    return get_available_flops(lite.device, dtype)
+
+
 class ThroughputMonitor(Throughput):
     """A :class:`Throughput` for a launched :class:`core.Lite`: its world size, its device's peak flops in the
     precision's dtype, and :meth:`compute_and_log` to the Lite's loggers (Lightning's Fabric ``ThroughputMonitor``).
@@ -144,9 +151,7 @@ class ThroughputMonitor(Throughput):
 
     def __init__(self, lite: Lite, **kwargs: Any) -> None:
         lite._require_running("ThroughputMonitor")  # before a launch the world size is not known
-        dtype = getattr(lite.strategy.precision, "dtype", torch.float32)  # type: ignore[attr-defined]
-        super().__init__(available_flops=get_available_flops(lite.device, dtype), world_size=lite.world_size,
-                         **kwargs)
+        super().__init__(available_flops=device_peak_flops(lite), world_size=lite.world_size, **kwargs)
         self._lite = lite
         self._rank_zero = lite.global_rank == 0
         self.step = -1
