@@ -254,7 +254,7 @@ class Trainer(_CoreTrainer):
 
     def _interruptible(self, entry_point: Any, *args: Any, **kwargs: Any) -> Any:
         """Lightning's ending of a run (``_call_and_handle_interrupt``): an exception leaves ``state.status``
-        INTERRUPTED after the callbacks' and the Module's ``on_exception`` (called by the run), then the
+        INTERRUPTED after the callbacks' ``on_exception`` (called by the run; a Module has none), then the
         DataModule's ``on_exception`` and the strategy's (``trainer.strategy.on_exception``); the run has already
         finalized the loggers as failed. Ctrl-C then ends the program with exit code 1, as in Lightning, instead of
         a traceback; any other exception is raised again.

@@ -390,8 +390,8 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     @property
     def example_input_array(self) -> Any:
         """An example input (``forward``'s argument, a tuple for several, a dict for keywords), kept for code that
-        reads it (exporters, your callbacks). Unlike Lightning's, ``ModelSummary`` does not yet show the layers'
-        input and output sizes from it."""
+        reads it (exporters, your callbacks); ``ModelSummary`` shows each layer's input and output sizes from one
+        forward of it, as Lightning's does."""
         return self.__dict__.get("_example_input_array")
 
     @example_input_array.setter

@@ -240,7 +240,8 @@ class PyTorchProfiler(Profiler):
         ``chrome://tracing`` and Perfetto open.
     :param row_limit: Rows of the table (``-1``: all).
     :param sort_by_key: The table's sort key (default ``"cpu_time_total"``).
-    :param emit_nvtx: Lightning's NVTX ranges for ``nvprof``: needs CUDA, refused here without it.
+    :param emit_nvtx: Lightning's NVTX ranges for ``nvprof``: not supported (``False``), on any device; wrap the
+        run in ``torch.autograd.profiler.emit_nvtx()`` yourself for them.
     :param record_module_names: Not supported (``False``): each action is already a range in the trace.
     :param profiler_kwargs: Passed to ``torch.profiler.profile`` (``record_shapes``, ``profile_memory``,
         ``with_stack``, ``with_flops``, ``activities``, ...).
@@ -261,8 +262,9 @@ class PyTorchProfiler(Profiler):
         super().__init__(dirpath=dirpath, filename=filename)
         if emit_nvtx:
             raise ConfigurationError(
-                "PyTorchProfiler(emit_nvtx=True) emits NVTX ranges for nvprof, which needs CUDA; drop it to profile "
-                "with torch.profiler."
+                "PyTorchProfiler(emit_nvtx=True) is not supported: it does not emit NVTX ranges for nvprof, on any "
+                "device; drop it to profile with torch.profiler, or wrap the run in "
+                "torch.autograd.profiler.emit_nvtx() yourself."
             )
         if record_module_names:
             raise ConfigurationError(
