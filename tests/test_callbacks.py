@@ -199,7 +199,7 @@ def test_learning_rate_monitor_logs_the_rate_each_epoch_or_step_used(interval: s
         enable_checkpointing=False)
     rates = [(step, metrics["lr-SGD"]) for step, metrics in recorder.rows if "lr-SGD" in metrics]
     if interval == "epoch":
-        assert rates == [(1, 0.1), (3, 0.05)]  # under the last batch of each epoch (Lightning: its first)
+        assert rates == [(0, 0.1), (2, 0.05)]  # at each epoch's start, under its first batch's step (Lightning's)
     else:
         assert rates == [(0, 0.1), (1, 0.05), (2, 0.025), (3, 0.0125)]  # under each batch's step, as in Lightning
 

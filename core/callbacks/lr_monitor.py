@@ -18,8 +18,8 @@ class LearningRateMonitor(Callback):
     """Log ``lr-<Optimizer>`` (``/pg<n>`` per parameter group when there are several) to the loggers.
 
     :param logging_interval: ``"step"`` (with the step metrics, every ``log_every_n_steps``), ``"epoch"`` (at
-        each epoch's end, with the epoch metrics), or ``None``: per step when a scheduler steps per step, else
-        per epoch.
+        each epoch's start, under the step of its first batch, as in Lightning), or ``None``: per step when a
+        scheduler steps per step, else per epoch.
     :param log_momentum: Also log ``momentum`` (or Adam's ``beta1``).
     :param log_weight_decay: Also log ``weight_decay``.
 
@@ -75,10 +75,11 @@ class LearningRateMonitor(Callback):
                     values[f"{key}-weight_decay"] = float(group["weight_decay"])
         return values
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
-        # Before the epoch-interval schedulers step: the rate this epoch used, in the epoch's last row.
+    def on_train_epoch_start(self, trainer: TrainerView, module: Module) -> None:
+        # The rate this epoch uses, at the step of its first batch: the batches that stepped before it (Lightning's).
         if self._interval == "epoch":
-            trainer.log_to_loggers(self._values(trainer))
+            step = trainer.global_step if module.automatic_optimization else None  # manual: the latest batch's
+            trainer.log_to_loggers(self._values(trainer), step=step)
 
     def on_train_batch_start(self, trainer: TrainerView, module: Module, batch: Any, batch_idx: int) -> None:
         if self._interval == "step" and (trainer.global_step + 1) % trainer.log_every_n_steps == 0:
