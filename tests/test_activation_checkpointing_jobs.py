@@ -1,4 +1,5 @@
-"""Activation checkpointing under ddp, fsdp, model_parallel and deepspeed on 2 real processes (gloo), and
+"""Activation checkpointing under ddp, fsdp, model_parallel and deepspeed on 2 real processes (gloo; fsdp's
+HYBRID_SHARD also on 4, a (2, 2) mesh of replicas and shards), and
 ``trainer.save_checkpoint`` after ``fit`` under the sharded strategies, sharded and full layouts.
 
 One job per strategy (``memory_jobs/ac_job.py``; each runs several checks in one set of launches): with
@@ -23,8 +24,8 @@ import torch
 from conftest import job_environment
 
 JOB = Path(__file__).parent / "memory_jobs" / "ac_job.py"
-NEEDS = {"ddp": "core_ddp", "fsdp": "core_fsdp", "fsdp_hybrid": "core_fsdp", "model_parallel": "core_model_parallel",
-         "deepspeed": "deepspeed"}
+NEEDS = {"ddp": "core_ddp", "fsdp": "core_fsdp", "fsdp_hybrid": "core_fsdp", "fsdp_hybrid4": "core_fsdp",
+         "model_parallel": "core_model_parallel", "deepspeed": "deepspeed"}
 
 pytestmark = [pytest.mark.distributed]
 
@@ -38,8 +39,8 @@ def run(out: Path, strategy: str, parts: str) -> None:
     assert finished.returncode == 0, finished.stderr[-4000:]
 
 
-def lite_reports(out: Path) -> list[dict[str, Any]]:
-    return [json.loads((out / f"lite-{rank}.json").read_text()) for rank in (0, 1)]
+def lite_reports(out: Path, ranks: int = 2) -> list[dict[str, Any]]:
+    return [json.loads((out / f"lite-{rank}.json").read_text()) for rank in range(ranks)]
 
 
 def assert_trainer_resumed_bitwise(out: Path) -> None:
@@ -52,13 +53,18 @@ def assert_trainer_resumed_bitwise(out: Path) -> None:
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp_hybrid", "model_parallel", "deepspeed"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp_hybrid", "fsdp_hybrid4", "model_parallel", "deepspeed"])
 def test_activation_checkpointing_saves_memory_and_changes_nothing_else(tmp_path: Path, strategy: str) -> None:
-    parts = "lite" if strategy == "deepspeed" else "lite,trainer"
+    parts = "lite" if strategy in ("deepspeed", "fsdp_hybrid4") else "lite,trainer"
     run(tmp_path, strategy, parts)
-    for report in lite_reports(tmp_path):
-        if strategy == "fsdp_hybrid":  # HYBRID_SHARD: fully_shard over the 2-D (replicate, shard) mesh
-            assert report["mesh_shape"] == [2, 1]
+    for report in lite_reports(tmp_path, ranks=4 if strategy == "fsdp_hybrid4" else 2):
+        # HYBRID_SHARD: fully_shard over the 2-D (replicate, shard) mesh; each rank holds 1/shard of a parameter.
+        if strategy == "fsdp_hybrid":
+            assert report["mesh_shape"] == [2, 1] and report["held_fraction"] == 1.0
+        if strategy == "fsdp_hybrid4":  # 4 ranks: 2 replicas, each sharded over 2
+            assert report["mesh_shape"] == [2, 2] and report["held_fraction"] == 0.5
+        if strategy == "fsdp":
+            assert report["held_fraction"] == 0.5
         assert report["keys"] == report["reference_keys"]
         assert not any("_checkpoint_wrapped_module" in key for key in report["keys"])
         assert report["saved_checkpointed"] <= 0.4 * report["saved_reference"], report

@@ -1,6 +1,7 @@
 """``python ac_job.py OUT STRATEGY PARTS``: activation checkpointing and save-after-fit under a strategy, 2 ranks.
 
 STRATEGY is ``ddp``, ``fsdp``, ``fsdp_full``, ``fsdp_hybrid`` (``_HYBRID_SHARD_ZERO2`` on a (2, 1) mesh),
+``fsdp_hybrid4`` (``HYBRID_SHARD`` on a (2, 2) mesh of 4 ranks),
 ``model_parallel``, ``model_parallel_full``, ``deepspeed`` or ``deepspeed_full`` (``_full``: one gathered checkpoint
 file instead of sharded ones; ZeRO-3 for deepspeed). PARTS is
 ``lite``, ``trainer`` or ``lite,trainer``:
@@ -55,13 +56,14 @@ def strategy_of(name: str) -> Any:
         from core_ddp import DDPStrategy
 
         return DDPStrategy(activation_checkpointing_policy=policy)
-    if kind in ("fsdp", "fsdp_hybrid"):
+    if kind in ("fsdp", "fsdp_hybrid", "fsdp_hybrid4"):
         from core_fsdp import FSDPStrategy
 
         # fsdp_hybrid: Lightning's names, replicated across 2 x sharded within 1, parameters kept gathered from
         # forward to backward (reshard_after_forward=False) with the blocks checkpointed.
         hybrid: dict[str, Any] = (
-            {"sharding_strategy": "_HYBRID_SHARD_ZERO2", "device_mesh": (2, 1)} if kind == "fsdp_hybrid" else {})
+            {"sharding_strategy": "_HYBRID_SHARD_ZERO2", "device_mesh": (2, 1)} if kind == "fsdp_hybrid" else
+            {"sharding_strategy": "HYBRID_SHARD", "device_mesh": (2, 2)} if kind == "fsdp_hybrid4" else {})
         return FSDPStrategy(auto_wrap_policy={Block, ReferenceBlock}, activation_checkpointing_policy=policy,
                             state_dict_type="full" if full else "sharded", **hybrid)
     if kind == "model_parallel":
@@ -126,6 +128,8 @@ def lite_checks(lite: core.Lite, out: Path, name: str) -> None:
     first = next(iter(checkpointed.parameters()))
     report: dict[str, Any] = {
         "mesh_shape": list(first.device_mesh.shape) if hasattr(first, "device_mesh") else None,
+        # The share of the first parameter this rank holds: 1/shards under fsdp, 1 where nothing is sharded.
+        "held_fraction": first.to_local().numel() / first.numel() if hasattr(first, "to_local") else 1.0,
         "keys": list(checkpointed.state_dict()),
         "reference_keys": list(reference.state_dict()),
         # DeepSpeed's gradients live in its partitions, not in .grad: compared through the weights after a step.
@@ -182,7 +186,8 @@ def _fit(name: str, max_steps: int, ckpt_path: Path | None = None, save: Path | 
 
 def main(out: Path, name: str, parts: list[str]) -> None:
     if "lite" in parts:
-        core.Lite(accelerator="cpu", devices=2, strategy=strategy_of(name)).launch(lite_checks, out, name)
+        devices = 4 if name == "fsdp_hybrid4" else 2
+        core.Lite(accelerator="cpu", devices=devices, strategy=strategy_of(name)).launch(lite_checks, out, name)
     if "trainer" not in parts:
         return
     checkpoint = out / "after-fit"
