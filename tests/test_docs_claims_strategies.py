@@ -6,12 +6,16 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import inspect
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import torch
+import torch.distributed as dist
 
 import core
 from core.run import worker_environment
+from core.toolkit.strategies import Communicator
 
 
 def test_core_run_exports_torchruns_variables_and_the_options() -> None:
@@ -81,3 +85,24 @@ def test_structural_precisions_refuse_the_accelerators_the_page_names(precision:
     except core.UnknownPluginError:
         pytest.skip(f"no plugin provides precision={precision!r} here")
     assert accelerators <= set(plugin.supports.never["accelerator"])
+
+
+def test_collectives_send_half_floats_and_bools_as_float32_and_return_their_dtype() -> None:
+    """strategies.md, Collectives: bf16, fp16 and bool come back in their dtype; the mean of ints or bools is
+    floating point; the input is never modified (one gloo process in this one, no launcher)."""
+    if dist.is_initialized():
+        pytest.skip("a process group exists in this process already")
+    dist.init_process_group("gloo", store=dist.HashStore(), world_size=1, rank=0)
+    try:
+        communicator = Communicator(0, timedelta(seconds=30))
+        for dtype in (torch.bfloat16, torch.float16, torch.bool):
+            tensor = torch.ones(3, dtype=dtype)
+            assert communicator.reduce(tensor, None, "sum").dtype == dtype
+        assert communicator.reduce(torch.ones(3, dtype=torch.bfloat16), None, "mean").dtype == torch.bfloat16
+        for dtype in (torch.int64, torch.bool):
+            assert communicator.reduce(torch.ones(3, dtype=dtype), None, "mean").is_floating_point()
+        tensor = torch.ones(3)
+        result = communicator.reduce(tensor, None, "sum")
+        assert result is not tensor and result.data_ptr() != tensor.data_ptr()
+    finally:
+        dist.destroy_process_group()
