@@ -7,6 +7,13 @@ run; with ``float8_all_gather=True`` under fsdp the weights are wrapped in torch
 optimizers are re-pointed by Lite, the checkpoint is written plain by ``precision_module_state_to_save``), and the
 scales of the next all-gather are computed once after each optimizer step, for all layers in one go.
 
+Under ``model_parallel`` the tensor-parallel plans compose with the converted layers either way: a
+``parallelize_fn`` runs after the conversion (torch's ``ColwiseParallel`` / ``RowwiseParallel``, or torchao's
+``Float8ColwiseParallel`` / ``Float8RowwiseParallel``, which all-gather activations in float8); plans applied before
+it (in ``configure_model``, or before ``Lite.setup``) live in the layers' hooks, which the conversion carries over to
+the ``Float8Linear``. Layers already inside ``fully_shard`` units are refused: FSDP would keep gathering their
+weights into the replaced layers.
+
 Real float8 matrix multiplications need a CUDA device of compute capability 8.9 or newer; elsewhere (the CPU, older
 GPUs) torchao emulates them (``Float8LinearConfig(emulate=True)``): the same rounding, no speed-up.
 """
@@ -184,9 +191,13 @@ class Float8Precision:
             from torchao.float8 import convert_to_float8_training
 
         chosen = set(self.layer_filter.chosen(module))
+        _refuse_fully_sharded(self.name, module, chosen)
         config = self.config()
+        originals = {name: module.get_submodule(name) for name in chosen}
         if chosen:
             convert_to_float8_training(module, module_filter_fn=lambda _, fqn: fqn in chosen, config=config)
+        for name, layer in originals.items():
+            _carry_hooks(layer, module.get_submodule(name))
         self.converted[type(module).__name__] = sorted(chosen)
         self._models.add(module)
         return module
@@ -239,6 +250,47 @@ class Float8Precision:
 
     def __repr__(self) -> str:
         return f"Float8Precision({self.name!r}, recipe={self.recipe!r})"
+
+
+_HOOK_DICTS: Final = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+                      "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_pre_hooks",
+                      "_backward_hooks")
+
+
+def _carry_hooks(layer: torch.nn.Module, replacement: torch.nn.Module) -> None:
+    """The forward and backward hooks of a swapped ``nn.Linear`` on its ``Float8Linear``.
+
+    A tensor-parallel plan applied before the conversion (in ``configure_model``, or before ``Lite.setup``) lives in
+    the layer's hooks (``ColwiseParallel`` / ``RowwiseParallel`` turn its input and output into ``DTensor`` s and
+    back); without them the float8 layer would multiply a plain input by a sharded weight. The hooks take the
+    module as an argument, so on the replacement they act on it. The handles their registration returned still
+    point at the old layer (removing one removes nothing from the new layer).
+    """
+    if replacement is layer:
+        return
+    for attribute in _HOOK_DICTS:
+        hooks: Any = getattr(layer, attribute, None)
+        target: Any = getattr(replacement, attribute, None)
+        if isinstance(hooks, dict | set) and type(target) is type(hooks):
+            target.update(hooks)
+
+
+def _refuse_fully_sharded(name: str, model: torch.nn.Module, chosen: set[str]) -> None:
+    """Refuse layers already inside a ``fully_shard`` unit: FSDP gathers their weights into the old layer."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [unit for unit, module in model.named_modules() if isinstance(module, FSDPModule)]
+    inside = sorted({layer for layer in chosen for unit in units if unit == "" or layer.startswith(f"{unit}.")})
+    if inside:
+        raise ConfigurationError(
+            f"precision={name!r} converts nn.Linear layers to torchao's Float8Linear, but {inside[:3]}"
+            f"{' ...' if len(inside) > 3 else ''} are already inside fully_shard units: fully_shard was applied "
+            f"before the conversion (in configure_model, or before Lite.setup), and FSDP would keep gathering the "
+            f"weights into the replaced layers. Let the conversion come first: pass the parallelize function as "
+            f"ModelParallelStrategy(parallelize_fn=fn) (it runs after the conversion), or apply only the tensor-"
+            f"parallel plans (parallelize_module, which float8 composes with) in configure_model and fully_shard "
+            f"in parallelize_fn; for data parallelism alone use strategy='fsdp'."
+        )
 
 
 def _holds_dtensors(model: torch.nn.Module) -> bool:

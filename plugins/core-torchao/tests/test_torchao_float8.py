@@ -1,11 +1,16 @@
-"""Float8 training (emulated on this CPU machine) against bf16-mixed, under single_device, ddp and fsdp.
+"""Float8 training (emulated on this CPU machine) against bf16-mixed, under single_device, ddp, fsdp and model_parallel.
 
-Each strategy runs one job (float8_job.py; 2 gloo processes for ddp and fsdp, started by ``python -m core.run``)
-that trains bench/gpu_gpt.py's GPT with bf16-mixed, fp8 eager and fp8 compiled from the same weights on the same
-batches, and round-trips checkpoints between fp8 and bf16 runs. The tests read its record.
+Three jobs (float8_job.py; 2 gloo processes for the distributed ones, started by ``python -m core.run``), the
+fsdp job also running the model_parallel cases in its processes: each trains bench/gpu_gpt.py's GPT with
+bf16-mixed and fp8 from the same weights on the same batches, and round-trips checkpoints between fp8 and bf16 runs.
+fp8 runs compiled too under single_device, ddp and fsdp; fsdp adds float8 all-gather; model_parallel (tensor
+parallel over the 2 ranks) runs torch's plain plans applied before setup (as ``configure_model`` does) and
+torchao's float8 plans with fully_shard in ``parallelize_fn``, eager only. The tests read the jobs' records.
 
-What this does not cover: real float8 matrix multiplications (a CUDA GPU of capability 8.9+; bench/gpu_gpt.py's
-float8 section measures them), float8 all-gather (its scales need a CUDA mesh in torchao), tensor parallelism.
+What this does not cover: real float8 matrix multiplications and NCCL all-gathers (a CUDA GPU of capability 8.9+;
+bench/gpu_gpt.py's float8 section measures them), hence no speed or memory claim for float8 all-gather; float8
+all-gather compiled; tensor parallelism compiled, on a 2-D mesh with data_parallel_size > 1, or on the attention
+projections (the bench GPT's fused qkv cannot be split column-wise by a plain plan).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,27 +36,48 @@ from core.toolkit.precisions import LinearFilter
 JOB = Path(__file__).with_name("float8_job.py")
 JOB_TIMEOUT = 900
 LOSS_TOLERANCE = 0.01
-"""Each step's fp8 loss is within 1 % (relative) of the bf16-mixed run's: emulated float8 rounds like real float8."""
+"""Each step's fp8 loss is within 1 % (relative) of the bf16-mixed run's: emulated float8 rounds like real float8.
+Measured: at most 0.09 % (single_device, ddp, fsdp, float8 all-gather), 0.08 % (model_parallel, plain plans), 0.15 %
+(model_parallel, float8 plans)."""
+JOBS: dict[str, tuple[str, ...]] = {
+    "single_device": ("single_device",), "ddp": ("ddp",), "fsdp": ("fsdp", "model_parallel"),
+}
+"""The strategies each job runs, by the strategy its processes are launched for."""
 
 
-def _run_job(strategy: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    directory = tmp_path_factory.mktemp(f"float8-{strategy}")
+def _run_job(launcher: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    directory = tmp_path_factory.mktemp(f"float8-{launcher}")
     out = directory / "record.json"
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if strategy == "single_device":
-        command = [sys.executable, str(JOB), strategy, "1", str(out), "--compile"]
+    strategies = ",".join(JOBS[launcher])
+    if launcher == "single_device":
+        command = [sys.executable, str(JOB), strategies, "1", str(out), "--compile"]
     else:
-        command = [sys.executable, "-m", "core.run", "--accelerator", "cpu", "--strategy", strategy, "--devices", "2",
-                   str(JOB), strategy, "2", str(out), "--compile"]
+        command = [sys.executable, "-m", "core.run", "--accelerator", "cpu", "--strategy", launcher, "--devices", "2",
+                   str(JOB), strategies, "2", str(out), "--compile"]
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=JOB_TIMEOUT)
-    assert done.returncode == 0, f"the {strategy} job failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    assert done.returncode == 0, f"the {launcher} job failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     record: dict[str, Any] = json.loads(out.read_text())
     return record
 
 
-@pytest.fixture(scope="module", params=["single_device", "ddp", "fsdp"])
-def record(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return _run_job(request.param, tmp_path_factory)
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Any]]:
+    """``records(strategy)``: the record of that strategy, running its job the first time one of its is asked."""
+    done: dict[str, dict[str, Any]] = {}
+
+    def of(strategy: str) -> dict[str, Any]:
+        if strategy not in done:
+            launcher = next(name for name, strategies in JOBS.items() if strategy in strategies)
+            done.update(_run_job(launcher, tmp_path_factory))
+        return done[strategy]
+
+    return of
+
+
+@pytest.fixture(scope="module", params=["single_device", "ddp", "fsdp", "model_parallel"])
+def record(request: pytest.FixtureRequest, records: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    return records(request.param)
 
 
 @pytest.mark.distributed
@@ -58,7 +85,9 @@ def record(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def test_float8_tracks_bf16_and_checkpoints_stay_plain(record: dict[str, Any]) -> None:
     reference = record["bf16-mixed"]["losses"]
     assert reference[-1] < reference[0] - 0.5, f"the bf16 reference did not learn: {reference}"
-    for run in ("fp8", "fp8-compiled"):
+    runs = [name for name, value in record.items() if name.startswith("fp8") and "losses" in value]
+    assert "fp8" in runs and len(runs) >= 2, f"expected fp8 and a variant of it, got {runs}"
+    for run in runs:
         losses = record[run]["losses"]
         worst = max(abs(a - b) / b for a, b in zip(losses, reference, strict=True))
         assert worst <= LOSS_TOLERANCE, f"{run} strays {worst:.2%} from bf16-mixed: {losses} vs {reference}"
@@ -66,10 +95,38 @@ def test_float8_tracks_bf16_and_checkpoints_stay_plain(record: dict[str, Any]) -
         assert record[run]["optimizer_is_the_models"], f"{run}: the optimizer does not hold the model's parameters"
     assert "Float8Linear" not in record["bf16-mixed"]["layer_types"]
     # Same keys, dtypes and values whichever run saved and whichever loaded.
-    forward, back = record["load fp8 into bf16-mixed"], record["load bf16-mixed into fp8"]
-    assert forward["keys"] == back["keys"] and forward["dtypes"] == back["dtypes"] == ["torch.float32"]
-    assert forward["checksum"] == pytest.approx(record["checkpoints"]["fp8"]["checksum"], rel=1e-9)
-    assert back["checksum"] == pytest.approx(record["checkpoints"]["bf16-mixed"]["checksum"], rel=1e-9)
+    loads = {name: value for name, value in record.items() if name.startswith("load ")}
+    assert {"load fp8 into bf16-mixed", "load bf16-mixed into fp8"} <= loads.keys()
+    keys = record["load fp8 into bf16-mixed"]["keys"]
+    for name, loaded in loads.items():
+        saver = name.removeprefix("load ").split(" into ")[0]
+        assert loaded["keys"] == keys and loaded["dtypes"] == ["torch.float32"], f"{name}: {loaded}"
+        assert loaded["checksum"] == pytest.approx(record["checkpoints"][saver]["checksum"], rel=1e-9), name
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(JOB_TIMEOUT + 60)
+def test_float8_all_gather_under_fsdp_gathers_float8_with_precomputed_scales(
+    records: Callable[[str], dict[str, Any]],
+) -> None:
+    """On gloo and the CPU, emulated: the weights are wrapped for float8 all-gather, what FSDP all-gathers of them
+    (the tensor's ``fsdp_pre_all_gather``) is float8, and after each optimizer step the scale of the next
+    all-gather is the whole weight's (one all-reduce over the shards). Its losses and checkpoints are checked with
+    the other fp8 runs. Not covered here: the bytes saved on a real NCCL all-gather, or float8 all-gather compiled."""
+    run = records("fsdp")["fp8-all-gather"]
+    assert run["wrapped_as"] == "WeightWithDynamicFloat8CastTensor", run
+    assert run["all_gather_dtypes"] == ["torch.float8_e4m3fn"], run
+    assert run["scales_precomputed"] and run["scale_of_the_whole_weight"], run
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(JOB_TIMEOUT + 60)
+def test_model_parallel_refuses_layers_fully_sharded_before_the_conversion(
+    records: Callable[[str], dict[str, Any]],
+) -> None:
+    message = records("model_parallel")["refused"]
+    assert "already inside fully_shard units" in message, message
+    assert "ModelParallelStrategy(parallelize_fn=fn)" in message and "layers.0.down" in message, message
 
 
 def test_the_filter_leaves_small_layers_the_head_and_named_layers() -> None:
@@ -84,6 +141,21 @@ def test_the_filter_leaves_small_layers_the_head_and_named_layers() -> None:
         lite = core.Lite(accelerator="cpu", devices=1, precision=Float8Precision("fp8", exclude=["3"]))
         module = lite.setup_module(model)
     assert [type(layer).__name__ for layer in module.module.children()] == ["Float8Linear"] + ["Linear"] * 4
+
+
+def test_a_converted_layer_keeps_the_hooks_registered_before_setup() -> None:
+    # How a tensor-parallel plan applied before setup (configure_model) survives the conversion: its input and
+    # output hooks move to the Float8Linear.
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 16))
+    seen: list[str] = []
+    model[0].register_forward_pre_hook(lambda layer, inputs: seen.append(f"pre {type(layer).__name__}"))
+    model[0].register_forward_hook(lambda layer, inputs, output: seen.append(f"post {type(layer).__name__}"))
+    precision = Float8Precision("fp8", layer_filter=LinearFilter(min_weight_elements=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CoreWarning)
+        module = core.Lite(accelerator="cpu", devices=1, precision=precision).setup_module(model)
+        module(torch.randn(4, 32))
+    assert seen == ["pre Float8Linear", "post Float8Linear"]
 
 
 def test_a_layer_filter_sees_the_users_names_in_the_trainer() -> None:
