@@ -122,7 +122,9 @@ def core_attach(active: ActiveSet) -> None:
 
     Implemented by any plugin that needs to reach the others (a strategy asking the environment for
     ranks, a precision reading the accelerator). Called once, on every active plugin, right after
-    resolution and before any other hook. All implementations run; the result is ignored.
+    resolution and before any hook called after it (the resolver itself asks the accelerators'
+    ``accelerator_parse_devices`` and the environments' detection hooks first). All implementations run; the
+    result is ignored.
     """
 
 

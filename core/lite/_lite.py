@@ -969,8 +969,8 @@ class Lite:
         :param enabled: ``False`` gives a null context, for ``no_backward_sync(model, enabled=not last)``.
         """
         self._require_running("no_backward_sync")
-        if not isinstance(module, LiteModule):
-            raise ConfigurationError(
+        if not isinstance(module, LiteModule):  # a TypeError too, as Fabric's
+            raise _ArgumentTypeError(
                 f"no_backward_sync() takes a module returned by Lite.setup / setup_module, got "
                 f"{type(module).__qualname__}; set the module up first."
             )

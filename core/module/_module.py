@@ -956,6 +956,9 @@ class TrainerView(Protocol):
     def num_training_batches(self) -> float: ...
 
     @property
+    def estimated_stepping_batches(self) -> float: ...
+
+    @property
     def num_val_batches(self) -> list[float]: ...
 
     @property

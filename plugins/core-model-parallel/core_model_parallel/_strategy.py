@@ -173,8 +173,7 @@ class ModelParallelStrategy(ShardedStrategy):
         if self.parallelize_fn is None:
             raise ConfigurationError(
                 f"strategy={self.alias!r} got a module with no parallelized parameter and has no parallelize "
-                f"function. Pass one: lite.setup(model, optimizer, parallelize_fn=fn) or "
-                f"ModelParallelStrategy(parallelize_fn=fn), with fn(module, device_mesh) applying "
+                f"function. Pass one: ModelParallelStrategy(parallelize_fn=fn), with fn(module, device_mesh) applying "
                 f"parallelize_module over device_mesh['tensor_parallel'] and fully_shard over "
                 f"device_mesh['data_parallel']; under the Trainer do that in the Module's configure_model. For data "
                 f"parallelism alone use strategy='fsdp' or 'ddp'."

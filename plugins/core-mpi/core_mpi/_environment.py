@@ -90,7 +90,7 @@ class MPIEnvironment:
             ),
             world_size=Launched(
                 ranks.world_size,
-                f"{ranks.flavour} started {ranks.world_size}",
+                f"{ranks.flavour} started {ranks.world_size} processes in all",
                 f"Make them agree: num_nodes={ranks.num_nodes}, or mpirun -n {devices_per_node * num_nodes}.",
             ),
         )

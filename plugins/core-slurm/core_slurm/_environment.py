@@ -221,7 +221,7 @@ class SLURMEnvironment:
             num_nodes,
             per_node=Launched(
                 per_node,
-                f"SLURM runs {per_node} tasks per node (--ntasks-per-node={per_node})",
+                f"SLURM runs {per_node} task{'s' if per_node != 1 else ''} per node (--ntasks-per-node={per_node})",
                 f"Make them agree: devices={per_node}, or --ntasks-per-node={devices_per_node}.",
             ),
             nodes=Launched(
