@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -395,3 +396,28 @@ def test_pl_trainer_environment_variables_are_defaults_as_in_lightning(monkeypat
     trainer.fit(Steps(), data())
     assert trainer.global_step == 3 * 2
     assert core.Trainer(accelerator="cpu", logger=False).max_epochs != 3  # the native Trainer reads no PL_ variables
+
+
+# ------------------------------------------------------------------------ EarlyStopping's check_on_train_epoch_end
+
+
+class Validated(Regression):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_loss", self.loss(batch))
+
+
+@pytest.mark.parametrize(("flags", "at_epoch_end"), [({}, True), ({"check_val_every_n_epoch": 2}, False),
+                                                      ({"val_check_interval": 0.5}, False)])
+def test_early_stopping_chooses_when_to_check_as_lightning(flags: dict[str, Any], at_epoch_end: bool) -> None:
+    # Lightning's EarlyStopping.setup: the None default checks at the epoch's end only when validation runs once at
+    # the end of every epoch, else after each validation; with validation every 2nd epoch a per-epoch check would
+    # find no val_loss in the epochs without one (strict=True refuses that).
+    stopping = L.pytorch.callbacks.EarlyStopping(monitor="val_loss", patience=100)
+    assert stopping.check_on_train_epoch_end is None
+    trainer = quiet(max_epochs=4, callbacks=[stopping], num_sanity_val_steps=0, **flags)
+    trainer.fit(Validated(), data(), data(seed=1))
+    assert stopping.check_on_train_epoch_end is at_epoch_end and trainer.current_epoch == 4
+    assert math.isfinite(stopping.best_score)
+    explicit = L.pytorch.callbacks.EarlyStopping(monitor="val_loss", check_on_train_epoch_end=False)
+    quiet(callbacks=[explicit]).fit(Validated(), data(), data(seed=1))
+    assert explicit.check_on_train_epoch_end is False

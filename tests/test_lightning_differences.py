@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import core
 import core.hookspecs
-from core.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from core.callbacks import Callback, ModelCheckpoint
 from core.loggers import Logger
 from core.profilers import PyTorchProfiler, SimpleProfiler
 
@@ -60,10 +60,6 @@ def test_no_other_page_keeps_its_own_list() -> None:
             if section.startswith("## Differences from Lightning"):
                 assert "migrating-from-lightning.md#" in section, page.name
                 assert not re.search(r"^- ", section, re.M), f"{page.name} lists differences of its own"
-
-
-def test_early_stopping_checks_once_per_epoch_by_default() -> None:
-    assert EarlyStopping(monitor="loss").check_on_train_epoch_end is True
 
 
 @pytest.mark.parametrize("interval", ["00:00:10:00", timedelta(minutes=10)])

@@ -40,8 +40,10 @@ class EarlyStopping(Callback):
     :param check_finite: Stop when the metric is NaN or infinite.
     :param stopping_threshold: Stop as soon as the metric is better than this.
     :param divergence_threshold: Stop as soon as the metric is worse than this.
-    :param check_on_train_epoch_end: Check once per epoch, at its end (default; any validation of the epoch
-        has run by then). ``False``: check after every validation run instead.
+    :param check_on_train_epoch_end: ``True``: check once per epoch, at its end (any validation of the epoch has
+        run by then). ``False``: check after every validation run instead. ``None`` (default, Lightning's): chosen
+        at ``setup``, at the epoch's end when validation runs once at the end of every epoch
+        (``val_check_interval == 1.0`` and ``check_val_every_n_epoch == 1``), else after every validation.
     :param verbose: Print why it stops, on global rank 0.
 
     After a run, ``stopping_reason`` (an :class:`EarlyStoppingReason`) says why it stopped (``NOT_STOPPED`` if it
@@ -64,7 +66,7 @@ class EarlyStopping(Callback):
         check_finite: bool = True,
         stopping_threshold: float | None = None,
         divergence_threshold: float | None = None,
-        check_on_train_epoch_end: bool = True,
+        check_on_train_epoch_end: bool | None = None,
     ) -> None:
         if mode not in ("min", "max"):
             raise ConfigurationError(
@@ -82,7 +84,9 @@ class EarlyStopping(Callback):
         self.check_finite = check_finite
         self.stopping_threshold = stopping_threshold
         self.divergence_threshold = divergence_threshold
-        self.check_on_train_epoch_end = check_on_train_epoch_end
+        # What was asked (None: Lightning's choice, made at setup from the Trainer's validation flags) and what runs.
+        self._requested_check_on_train_epoch_end = check_on_train_epoch_end
+        self.check_on_train_epoch_end: bool | None = check_on_train_epoch_end
         self.wait_count = 0
         self.stopped_epoch = 0
         self.best_score = math.inf if mode == "min" else -math.inf
@@ -111,6 +115,12 @@ class EarlyStopping(Callback):
         # absent from checkpoints written before the reason was saved
         self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", 0))
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
+
+    def setup(self, trainer: TrainerView, module: Module, stage: str) -> None:
+        if self._requested_check_on_train_epoch_end is None:  # Lightning's rule for its None default
+            config = trainer.config
+            self.check_on_train_epoch_end = (
+                config.val_check_interval == 1.0 and config.check_val_every_n_epoch == 1)
 
     def on_train_epoch_end(self, trainer: TrainerView, module: Module) -> None:
         if self.check_on_train_epoch_end:
