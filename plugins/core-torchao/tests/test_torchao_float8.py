@@ -216,3 +216,44 @@ def every_layer_fp8() -> Float8Precision:
 @pytest.mark.filterwarnings("ignore::core.CoreWarning")
 class TestFloat8Conformance(PrecisionConformance):
     plugin_factory = every_layer_fp8
+
+
+REPOSITORY = JOB.resolve().parents[3]
+
+
+def _float8_backward(policy: Any) -> tuple[int, dict[str, torch.Tensor], list[str]]:
+    """One emulated fp8 forward and backward of the bench GPT on single_device with ``policy``: the bytes saved for
+    backward, the gradients, the state-dict keys."""
+    from bench.gpu_gpt import GPT, Shape, loss_of
+    from core.toolkit.strategies import SingleDeviceStrategy, saved_tensor_bytes
+
+    shape = Shape(layers=2, dim=64, heads=4, context=32, vocab=256, batch=4)
+    torch.manual_seed(0)
+    model = GPT(shape)
+    precision = Float8Precision("fp8", layer_filter=LinearFilter(min_weight_elements=0))
+    strategy = SingleDeviceStrategy(activation_checkpointing_policy=policy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CoreWarning)  # emulated on this CPU
+        lite = core.Lite(accelerator="cpu", devices=1, strategy=strategy, precision=precision)
+        set_up = lite.setup_module(model)
+    assert sum(type(module).__name__ == "Float8Linear" for module in model.modules()) == 4 * shape.layers
+    tokens = torch.randint(0, shape.vocab, (shape.batch, shape.context + 1), generator=torch.Generator().manual_seed(1))
+    with saved_tensor_bytes() as saved:
+        loss = loss_of(set_up(tokens[:, :-1]), tokens[:, 1:])
+    lite.backward(loss)
+    gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return saved[0], gradients, list(set_up.state_dict())
+
+
+def test_float8_composes_with_activation_checkpointing() -> None:
+    if str(REPOSITORY) not in sys.path:
+        sys.path.insert(0, str(REPOSITORY))
+    from bench.gpu_gpt import Block
+
+    plain_bytes, plain_gradients, plain_keys = _float8_backward(None)
+    checkpointed_bytes, checkpointed_gradients, checkpointed_keys = _float8_backward({Block})
+    assert checkpointed_bytes <= 0.5 * plain_bytes, (checkpointed_bytes, plain_bytes)
+    assert checkpointed_keys == plain_keys and not any("_checkpoint_wrapped_module" in key for key in plain_keys)
+    assert plain_gradients.keys() == checkpointed_gradients.keys() and plain_gradients
+    for name, gradient in plain_gradients.items():  # the recomputed forward is the same float8 arithmetic
+        torch.testing.assert_close(checkpointed_gradients[name], gradient, rtol=0, atol=1e-6, msg=name)
