@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import cast
 
 import pytest
 import torch
@@ -81,7 +82,8 @@ def test_a_model_compiled_after_setup_saves_and_loads_through_its_set_up_module(
     lite: core.Lite, tmp_path: Path
 ) -> None:
     """lite.md, "torch.compile": with ``model = torch.compile(lite.setup(...))``, ``lite.save`` / ``lite.load`` /
-    ``no_backward_sync`` take ``model._orig_mod`` (the set-up module), which saves plain keys and loads back."""
+    ``no_backward_sync`` take ``model._orig_mod`` (the set-up module), which saves plain keys and loads back; and
+    they take the compiled wrapper itself in its place, as Fabric's do."""
     saved = _compiled_after_setup(lite, torch.nn.Linear(3, 2))
     lite.save(tmp_path / "model.pt", {"model": saved})
     assert not any(key.startswith("_orig_mod") for key in torch.load(tmp_path / "model.pt")["model"])
@@ -90,3 +92,16 @@ def test_a_model_compiled_after_setup_saves_and_loads_through_its_set_up_module(
     assert torch.equal(loaded.state_dict()["weight"], saved.state_dict()["weight"])
     with lite.no_backward_sync(loaded):
         pass
+
+
+def test_a_model_compiled_after_setup_is_taken_in_place_of_its_set_up_module(lite: core.Lite, tmp_path: Path) -> None:
+    saved = cast(torch.nn.Module, torch.compile(lite.setup(torch.nn.Linear(3, 2))))
+    lite.save(tmp_path / "model.pt", {"model": saved})
+    assert sorted(torch.load(tmp_path / "model.pt")["model"]) == ["bias", "weight"]  # no _orig_mod.
+    loaded = cast(torch.nn.Module, torch.compile(lite.setup(torch.nn.Linear(3, 2))))
+    assert lite.load(tmp_path / "model.pt", {"model": loaded}) == {}
+    assert torch.equal(loaded.state_dict()["_orig_mod.weight"], saved.state_dict()["_orig_mod.weight"])
+    with lite.no_backward_sync(loaded):
+        lite.backward(loaded(torch.ones(1, 3)).sum(), model=loaded)
+    with pytest.raises(core.ConfigurationError, match="passed only once"):
+        lite.setup(loaded)

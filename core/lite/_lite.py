@@ -22,6 +22,7 @@ import inspect
 import itertools
 import operator
 import os
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -252,8 +253,20 @@ def _conversion_target(module: torch.nn.Module) -> tuple[torch.nn.Module, str | 
     return module, None
 
 
+def _uncompiled(value: Any) -> Any:
+    """A set-up module that the user compiled after setup (``torch.compile(lite.setup(model))``): the set-up module
+    under torch's wrapper, which Lite's methods take in its place, as Fabric's do; any other value unchanged."""
+    if "torch._dynamo" in sys.modules:  # nothing was compiled before dynamo was imported
+        from torch._dynamo.eval_frame import OptimizedModule
+
+        if isinstance(value, OptimizedModule) and isinstance(value._orig_mod, LiteModule):
+            return value._orig_mod
+    return value
+
+
 def _user_model(value: object) -> torch.nn.Module | None:
     """The model whose state dict a checkpoint entry holds (a set-up module's original, or a plain module)."""
+    value = _uncompiled(value)
     if isinstance(value, LiteModule):
         return value.module
     return value if isinstance(value, torch.nn.Module) else None
@@ -263,6 +276,7 @@ def _unwrapped(state: Mapping[str, Any]) -> dict[str, Any]:
     """The state with Lite's wrappers removed: modules and optimizers as the strategy's setup returned them."""
     objects = {}
     for key, value in state.items():
+        value = _uncompiled(value)
         if isinstance(value, LiteModule):
             value = value.__dict__["_strategy_module"]
         elif isinstance(value, LiteOptimizer):
@@ -661,7 +675,7 @@ class Lite:
 
     @staticmethod
     def _check_module(module: object, method: str) -> None:
-        if isinstance(module, LiteModule):
+        if isinstance(_uncompiled(module), LiteModule):
             raise ConfigurationError(
                 f"A model should be passed only once to the `{method}` method: this module was already set up by "
                 f"Lite.setup / setup_module. Set each module up once and keep using the module it returned."
@@ -891,6 +905,7 @@ class Lite:
         if model is None:
             module = self._single_module
         else:
+            model = _uncompiled(model)
             module = model.__dict__["_strategy_module"] if isinstance(model, LiteModule) else model
         if not self._forwards[0] and self.world_size > 1:
             self._refuse_backward_without_set_up_forward()
@@ -969,6 +984,7 @@ class Lite:
         :param enabled: ``False`` gives a null context, for ``no_backward_sync(model, enabled=not last)``.
         """
         self._require_running("no_backward_sync")
+        module = _uncompiled(module)
         if not isinstance(module, LiteModule):  # a TypeError too, as Fabric's
             raise _ArgumentTypeError(
                 f"no_backward_sync() takes a module returned by Lite.setup / setup_module, got "
@@ -1101,6 +1117,7 @@ class Lite:
         where = os.fspath(path)
         if self._hooks.strategy_save_state(path=where, state=_unwrapped(state), filter=filter):
             return  # a strategy that owns the objects (DeepSpeed's engine) wrote them itself
+        state = {key: _uncompiled(value) for key, value in state.items()}  # a module compiled after setup: its own
         checkpoint = to_checkpoint(state, filter, self._hooks.precision_state_dict(), self._module_state_to_save)
         self._hooks.strategy_save_checkpoint(path=where, state=checkpoint)
 
@@ -1148,7 +1165,10 @@ class Lite:
         precision_state = checkpoint.pop(PRECISION_KEY, None)
         if precision_state is not None:
             self._hooks.precision_load_state_dict(state=precision_state)
-        return restore(state, checkpoint, strict, where, self._module_state_to_load)
+        view = {key: _uncompiled(value) for key, value in state.items()}  # a module compiled after setup: its own
+        remaining = restore(view, checkpoint, strict, where, self._module_state_to_load)
+        state.update((key, value) for key, value in view.items() if value is not _uncompiled(state[key]))
+        return remaining
 
     def _module_state_to_save(self, value: object, saved: dict[str, Any]) -> dict[str, Any]:
         model = _user_model(value)
@@ -1291,6 +1311,7 @@ class Lite:
         """
         self._require_running("load_raw")
         where = os.fspath(path)
+        obj = _uncompiled(obj)
         target = obj.__dict__.get("_original_module", obj) if isinstance(obj, LiteModule) else obj
         if isinstance(target, LiteOptimizer):
             target = target.optimizer
