@@ -148,8 +148,13 @@ def test_c03_starter_introduction(server: ForkServer, tmp_path: Path, devices: i
     # The page loads ./lightning_logs/version_0/checkpoints/epoch=0-step=100.ckpt by name and embeds 4 images.
     assert "Predictions (4 image embeddings)" in output
     version = tmp_path / "lightning_logs" / "version_0"
-    losses = scalars(version, "train_loss")
-    assert [step for step, _ in losses] == [49, 99] and losses[1][1] < losses[0][1]
+    # One image per batch: two logged values are single images' losses, so their order is noise (it failed a CI run:
+    # 0.0525 after 0.0522). What training did is judged on 256 held-out images: over 40 seeds of this exact run
+    # (100 single-image Adam steps) the trained loss was 0.15-0.17 of the untrained model's.
+    assert [step for step, _ in scalars(version, "train_loss")] == [49, 99]
+    saved = checkpoint(version / "checkpoints" / "epoch=0-step=100.ckpt")
+    images, _ = mnist_batch()
+    assert autoencoder_loss(saved["state_dict"], images) < 0.5 * untrained_autoencoder_loss(saved["state_dict"], images)
 
 
 @pytest.mark.parametrize("devices", DEVICES)
