@@ -85,3 +85,52 @@ def test_lightnings_trainer_takes_the_flag_from_its_environment_variable(
 def test_a_value_that_is_not_a_bool_is_read_as_one() -> None:
     # As Lightning (a plain attribute read with `if`): the record holds a bool, so `trainer.config` compares cleanly.
     assert TrainerConfig.from_flags(enable_autolog_hparams=0).enable_autolog_hparams is False
+
+
+class Plain(Regressor):
+    def __init__(self, logger: bool | None = None) -> None:  # None: no save_hyperparameters at all
+        core.Module.__init__(self)
+        if logger is not None:
+            self.save_hyperparameters(logger=logger)
+        self.layer = torch.nn.Linear(2, 1)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+class Data(core.DataModule):
+    def __init__(self, logger: bool = True, size: int = 8) -> None:
+        super().__init__()
+        self.save_hyperparameters(logger=logger)
+
+    def train_dataloader(self) -> Any:
+        return DataLoader(TensorDataset(torch.randn(self.hparams.size, 2), torch.randn(self.hparams.size, 1)),
+                          batch_size=4)
+
+
+@pytest.mark.parametrize(("module", "datamodule", "expected"), [
+    (Plain(), None, [{}]),  # no hyperparameters: the loggers are still called, so the run leaves its hparams file
+    (Plain(logger=False), None, []),
+    (Plain(logger=False), Data(), [{"logger": True, "size": 8}]),  # the DataModule's alone
+    (Plain(logger=False), Data(logger=False), []),
+    (Regressor(), Data(), [{"lr": 0.05, "logger": True, "size": 8}]),
+])
+def test_the_loggers_get_the_hyperparameters_unless_both_sides_said_logger_false(
+    tmp_path: Path, module: core.Module, datamodule: core.DataModule | None, expected: list[dict[str, Any]]
+) -> None:
+    # Lightning's _log_hyperparams: log_hyperparams(hparams_initial) whenever the Module or the DataModule logs its
+    # hyperparameters, empty ones included; nothing only when both said save_hyperparameters(logger=False).
+    recorder = Recorder()
+    trainer = _trainer(tmp_path, logger=recorder)
+    if datamodule is None:
+        trainer.fit(module, DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4))
+    else:
+        trainer.fit(module, datamodule=datamodule)
+    assert recorder.hyperparameters == expected
+
+
+def test_a_lightning_run_without_hyperparameters_leaves_an_empty_hparams_yaml(tmp_path: Path) -> None:
+    pytest.importorskip("yaml")
+    trainer = _trainer(tmp_path, core.lightning.Trainer, logger=core.lightning.pytorch.loggers.CSVLogger(tmp_path))
+    trainer.fit(Plain(), DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4))
+    assert (tmp_path / "lightning_logs" / "version_0" / "hparams.yaml").read_text() == "{}\n"

@@ -100,7 +100,13 @@ class _HyperparametersMixin:
     @property
     def hparams_for_loggers(self) -> AttributeDict:
         """:attr:`hparams`, or nothing after ``save_hyperparameters(logger=False)``: what a run sends to the loggers."""
-        return self.hparams if self.__dict__.get("_log_hyperparams", True) else AttributeDict()
+        return self.hparams if self.logs_hparams else AttributeDict()
+
+    @property
+    def logs_hparams(self) -> bool:
+        """False after ``save_hyperparameters(logger=False)``, else True (also when there are none to save): whether
+        a run hands this object's hyperparameters to its loggers (Lightning's ``_log_hyperparams``)."""
+        return bool(self.__dict__.get("_log_hyperparams", True))
 
 
 def read_hparams_file(path: str | os.PathLike[str]) -> dict[str, Any]:

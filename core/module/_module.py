@@ -307,7 +307,7 @@ class Module(_HyperparametersMixin, torch.nn.Module):
     __jit_unused_properties__: ClassVar[list[str]] = [
         "trainer", "attached", "automatic_optimization", "device", "device_mesh", "example_input_array", "logger",
         "loggers", "global_rank", "local_rank", "current_epoch", "global_step", "hparams", "hparams_for_loggers",
-        "lite",
+        "logs_hparams", "lite",
     ]
 
     @property

@@ -249,11 +249,15 @@ def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> 
 def _log_hyperparameters(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
     if not trainer.config.enable_autolog_hparams or not trainer.loggers:
         return
+    # Lightning's rule: the loggers get the hyperparameters, empty ones too (so a run leaves its hparams file and
+    # TensorBoard's hp_metric), unless both the Module and the DataModule said save_hyperparameters(logger=False).
+    if not module.logs_hparams and (datamodule is None or not datamodule.logs_hparams):
+        return
     params: dict[str, Any] = dict(module.hparams_for_loggers)
     if datamodule is not None:
         _check_same_hparams(params, datamodule.hparams_for_loggers)
-        params = {**datamodule.hparams_for_loggers, **params}
-    if params and trainer.is_global_zero:
+        params = {**params, **datamodule.hparams_for_loggers}  # Lightning's order (the values agree)
+    if trainer.is_global_zero:
         for logger in trainer.loggers:
             logger.log_hyperparams(params)
 
