@@ -481,6 +481,36 @@ def strategy_block_backward_sync(module: torch.nn.Module) -> AbstractContextMana
 
 
 @hookspec(firstresult=True)
+def strategy_clip_gradients(
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    max_norm: float | None,
+    clip_val: float | None,
+    norm_type: float,
+    error_if_nonfinite: bool,
+) -> torch.Tensor | bool | None:
+    """Clip the gradients of ``module``, for a strategy that keeps them where ``torch.nn.utils`` cannot see them.
+
+    :param module: A module returned by :func:`strategy_setup_module` (or the engine of
+        :func:`strategy_setup_module_and_optimizers`).
+    :param optimizer: The optimizer the gradients are for, as the strategy set it up.
+    :param max_norm: Clip the total norm of the gradients to this (or ``None``: clip by value).
+    :param clip_val: Clip every gradient value into ``[-clip_val, clip_val]`` (or ``None``: clip by norm).
+    :param norm_type: The p of the p-norm, when clipping by norm.
+    :param error_if_nonfinite: Raise when the total norm is nan or inf, as ``torch.nn.utils.clip_grad_norm_``.
+    :return: ``None`` to let the runtime clip (``precision_unscale_gradients``, then ``torch.nn.utils`` over the
+        module's parameters); once handled, the total norm before clipping (by norm) or ``True`` (by value, or
+        when the strategy's own step clips and the norm is not known yet).
+
+    Implemented by strategies whose gradients are not the parameters' ``.grad`` (an engine that keeps them in
+    its own partitions: DeepSpeed), or that clip differently; optional. An implementation that cannot clip as
+    asked raises :class:`core.ConfigurationError` with what to do instead, never clips nothing silently. Called
+    by ``Lite.clip_gradients`` (so by the Trainer's ``gradient_clip_val``) before the precision unscales.
+    Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
 def strategy_distributed_sampler_kwargs() -> dict[str, Any] | None:
     """The arguments of a ``DistributedSampler`` for this process.
 

@@ -326,10 +326,11 @@ def test_after_a_ddp_spawn_fit_save_checkpoint_is_refused_and_predict_returns_ra
     assert reported["predictions"] == [[0.0] * 4, [0.0] * 4]
 
 
-def test_lite_clips_the_modules_parameters_with_torch_and_has_no_strategy_hook_for_it(
-    monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert not [name for name in vars(core.hookspecs) if name.startswith("strategy_") and "clip" in name]
+def test_lite_clips_with_torch_unless_the_strategy_clips_the_gradients_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fabric asks its strategy (clip_gradients_norm / _value); core asks strategy_clip_gradients, and a strategy that
+    # does not implement it leaves the clip to torch.nn.utils over the module's parameters.
+    from core.toolkit.strategies import SingleDeviceStrategy
+
     clipped: list[list[int]] = []
     clip_grad_norm = torch.nn.utils.clip_grad_norm_
 
@@ -340,11 +341,31 @@ def test_lite_clips_the_modules_parameters_with_torch_and_has_no_strategy_hook_f
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording)
 
-    def run(lite: core.Lite) -> list[int]:
+    def run(lite: core.Lite) -> tuple[list[int], Any, Any]:
         model = torch.nn.Linear(4, 1)
         set_up, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
         lite.backward(set_up(torch.ones(2, 4)).sum())
-        lite.clip_gradients(set_up, optimizer, max_norm=1.0)
-        return [id(parameter) for parameter in model.parameters()]
+        norm = lite.clip_gradients(set_up, optimizer, max_norm=1.0)
+        by_value = lite.clip_gradients(set_up, optimizer, clip_val=1)
+        return [id(parameter) for parameter in model.parameters()], norm, by_value
 
-    assert clipped == [core.Lite(accelerator="cpu", devices=1).launch(run)]
+    parameters, norm, by_value = core.Lite(accelerator="cpu", devices=1).launch(run)
+    assert clipped == [parameters] and isinstance(norm, torch.Tensor) and by_value is None
+
+    class ClipsItself(SingleDeviceStrategy):
+        asked: list[dict[str, Any]] = []
+
+        @core.hookimpl
+        def strategy_clip_gradients(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                                    max_norm: float | None, clip_val: float | None) -> torch.Tensor | bool:
+            self.asked.append({"module": type(module).__name__, "optimizer": type(optimizer).__name__,
+                               "max_norm": max_norm, "clip_val": clip_val})
+            return torch.tensor(7.0) if max_norm is not None else True
+
+    clipped.clear()
+    _, norm, by_value = core.Lite(accelerator="cpu", devices=1, strategy=ClipsItself()).launch(run)
+    assert clipped == [] and float(norm) == 7.0 and by_value is None  # the strategy's answer, torch not called
+    assert ClipsItself.asked == [  # the module under the Lite wrapper, the optimizer under Lite's
+        {"module": "Linear", "optimizer": "SGD", "max_norm": 1.0, "clip_val": None},
+        {"module": "Linear", "optimizer": "SGD", "max_norm": None, "clip_val": 1},
+    ]

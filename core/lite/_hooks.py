@@ -79,6 +79,7 @@ class BoundHooks:
         "strategy_barrier",
         "strategy_block_backward_sync",
         "strategy_broadcast",
+        "strategy_clip_gradients",
         "strategy_compile",
         "strategy_distributed_sampler_kwargs",
         "strategy_launch",
@@ -138,6 +139,7 @@ class BoundHooks:
         self.strategy_setup_module_and_optimizers: Hook = bind("strategy_setup_module_and_optimizers", default=_nothing)
         self.strategy_save_state: Hook = bind("strategy_save_state", default=_nothing)
         self.strategy_compile: Hook = bind("strategy_compile", default=_nothing)
+        self.strategy_clip_gradients: Hook = bind("strategy_clip_gradients", default=_nothing)
         self.strategy_load_state: Hook = bind("strategy_load_state", default=_nothing)
 
         self.strategy_teardown: Hook = bind("strategy_teardown", default=_nothing)

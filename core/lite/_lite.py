@@ -933,12 +933,14 @@ class Lite:
     ) -> torch.Tensor | None:
         """Clip the gradients of ``module`` by value or by norm, after the precision unscaled them.
 
-        ``precision_unscale_gradients(optimizer)`` runs first (a scaled loss has scaled gradients), then
+        A strategy that keeps the gradients itself clips them (``strategy_clip_gradients``): DeepSpeed clips the
+        norm inside its step, to its config's ``gradient_clipping``, and refuses anything else with the fix.
+        Otherwise ``precision_unscale_gradients(optimizer)`` runs first (a scaled loss has scaled gradients), then
         ``torch.nn.utils.clip_grad_norm_`` (with ``max_norm``) or ``clip_grad_value_`` (with ``clip_val``) over
-        the module's parameters. Exactly one of the two limits must be given. There is no strategy hook for
-        clipping yet, which a sharding strategy would need.
+        the module's parameters. Exactly one of the two limits must be given.
 
-        :return: The total norm before clipping when clipping by norm, ``None`` when clipping by value.
+        :return: The total norm before clipping when clipping by norm, ``None`` when clipping by value or when the
+            strategy clips inside its step (the norm is not known before it).
         """
         self._require_running("clip_gradients")
         if (clip_val is None) == (max_norm is None):
@@ -947,6 +949,14 @@ class Lite:
                 f"got clip_val={clip_val!r}, max_norm={max_norm!r}."
             )
         inner = optimizer.optimizer if isinstance(optimizer, LiteOptimizer) else optimizer
+        module = _uncompiled(module)
+        handled = self._hooks.strategy_clip_gradients(
+            module=module.__dict__["_strategy_module"] if isinstance(module, LiteModule) else module,
+            optimizer=inner, max_norm=max_norm, clip_val=clip_val, norm_type=norm_type,
+            error_if_nonfinite=error_if_nonfinite,
+        )
+        if handled is not None:
+            return handled if isinstance(handled, torch.Tensor) else None
         self._hooks.precision_unscale_gradients(optimizer=inner)
         parameters = [parameter for parameter in module.parameters() if parameter.grad is not None]
         if max_norm is not None:

@@ -398,6 +398,30 @@ class DeepSpeedStrategy(ParallelStrategy):
     def strategy_block_backward_sync(self, module: torch.nn.Module) -> AbstractContextManager[None]:
         return _accumulating(self._engine_of_module(module))
 
+    @hookimpl
+    def strategy_clip_gradients(self, max_norm: float | None, clip_val: float | None) -> bool:
+        """DeepSpeed's engine clips the gradient norm inside its step, to the config's ``gradient_clipping``; the
+        gradients live in its partitions, not in ``param.grad``. A clip it would not do is refused, never skipped."""
+        configured = float(self.config.get("gradient_clipping") or 0.0)
+        if clip_val is not None:
+            raise ConfigurationError(
+                f"The strategy {self.alias!r} cannot clip gradients by value (clip_val={clip_val!r}, or "
+                f"gradient_clip_algorithm='value'): DeepSpeed keeps the gradients in its own partitions and clips "
+                f"only their norm, inside its step. Clip the norm instead: "
+                f"DeepSpeedStrategy(stage={self.settings.stage}, gradient_clipping=<max norm>)."
+            )
+        if max_norm != configured:
+            now = f"gradient_clipping={configured}" if configured else "no gradient_clipping"
+            raise ConfigurationError(
+                f"The strategy {self.alias!r} clips the gradient norm inside DeepSpeed's step, to its config's "
+                f"gradient_clipping ({now} here), so clip_gradients(max_norm={max_norm!r}) (or "
+                f"Trainer(gradient_clip_val={max_norm!r})) cannot clip: the gradients live in DeepSpeed's "
+                f"partitions, not in param.grad. Pass DeepSpeedStrategy(stage={self.settings.stage}, "
+                f"gradient_clipping={max_norm!r}) (or config={{'gradient_clipping': {max_norm!r}}}); a "
+                f"clip_gradients call with that same max_norm is then accepted and left to the step."
+            )
+        return True  # the engine's step clips to exactly this norm
+
     # -- checkpoints -----------------------------------------------------------------------------------
 
     def _owned_keys(self, state: Mapping[str, Any]) -> tuple[Any, str, str | None] | None:

@@ -61,6 +61,26 @@ def test_twenty_sgd_steps_give_the_weights_of_ddp(
         )
 
 
+@pytest.mark.timeout(300)
+def test_clipping_is_the_engines_and_what_it_would_not_do_is_refused(
+    tmp_path: Path, ds_job: Callable[..., None]
+) -> None:
+    # DeepSpeed keeps the gradients in its partitions (param.grad is None on every stage), so clip_gradients through
+    # torch.nn.utils clipped nothing and returned 0. The strategy_clip_gradients hook leaves the clip to the engine's
+    # step when the norm is its gradient_clipping, and refuses a clip it would not do.
+    ds_job("clipping", "deepspeed_stage_2", tmp_path)
+    for result in results(tmp_path, "clipping"):
+        assert result["config"]["gradient_clipping"] == deepspeed_job.CLIP
+        assert result["returned"] is None  # the norm is known only inside the engine's step
+        # One SGD step of lr 1: the update is the clipped gradient, of norm CLIP (the loss's own norm is far above).
+        assert 0.5 * deepspeed_job.CLIP < result["update_norm"] <= deepspeed_job.CLIP * 1.01, result["update_norm"]
+        assert "cannot clip gradients by value (clip_val=0.01" in result["refusals"]["value"]
+        assert "DeepSpeedStrategy(stage=2, gradient_clipping=<max norm>)" in result["refusals"]["value"]
+        assert ("clip_gradients(max_norm=1.0) (or Trainer(gradient_clip_val=1.0)) cannot clip"
+                in result["refusals"]["other_norm"])
+        assert "DeepSpeedStrategy(stage=2, gradient_clipping=1.0)" in result["refusals"]["other_norm"]
+
+
 def initial_weights() -> dict[str, torch.Tensor]:
     return deepspeed_job.network().state_dict()
 

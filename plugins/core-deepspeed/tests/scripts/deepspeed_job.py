@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,35 @@ def resume(lite: core.Lite, out: Path) -> dict[str, Any]:
             "evaluator_output": evaluated, "evaluator_step": evaluation["step"]}
 
 
-MODES = {"equivalence": equivalence, "sharded": sharded, "resume": resume}
+CLIP = 0.01  # the clipping run's gradient_clipping: far below the gradient norm of its loss
+
+
+def refusal(call: Callable[[], Any]) -> str:
+    try:
+        call()
+    except core.ConfigurationError as error:
+        return str(error)
+    return ""
+
+
+def clipping(lite: core.Lite, out: Path) -> dict[str, Any]:
+    """One SGD step (lr 1) of a large loss under gradient_clipping=CLIP, clip_gradients asked first each way."""
+    module = network()
+    before = [parameter.detach().clone() for parameter in module.parameters()]
+    model, optimizer = lite.setup(module, torch.optim.SGD(module.parameters(), lr=1.0))
+    inputs, targets = dataset().tensors
+    lite.backward(100 * torch.nn.functional.mse_loss(model(inputs[:8]), targets[:8]), model=model)
+    refusals = {"value": refusal(lambda: lite.clip_gradients(model, optimizer, clip_val=CLIP)),
+                "other_norm": refusal(lambda: lite.clip_gradients(model, optimizer, max_norm=1.0))}
+    returned = lite.clip_gradients(model, optimizer, max_norm=CLIP)
+    optimizer.step()
+    after = full_weights(model.module)
+    moved = torch.cat([(after[name] - old).flatten() for (name, _), old in zip(module.named_parameters(), before,
+                                                                                 strict=True)])
+    return {"refusals": refusals, "returned": returned, "update_norm": float(moved.norm())}
+
+
+MODES = {"equivalence": equivalence, "sharded": sharded, "resume": resume, "clipping": clipping}
 
 
 def run(lite: core.Lite, mode: str, out: Path) -> None:
@@ -185,6 +214,10 @@ def main() -> int:
 
         strategy = DeepSpeedStrategy(stage=3, config=FULLY_SHARDED, offload_optimizer="offload" in strategy,
                                      offload_parameters="offload" in strategy)
+    if args.mode == "clipping":
+        from core_deepspeed import DeepSpeedStrategy
+
+        strategy = DeepSpeedStrategy(stage=int(strategy.split("_")[2]), gradient_clipping=CLIP)
     lite = core.Lite(accelerator="cpu", strategy=strategy, devices=2, precision=args.precision)
     lite.launch(run, args.mode, args.out)
     return 0
