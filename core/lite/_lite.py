@@ -253,6 +253,13 @@ def _conversion_target(module: torch.nn.Module) -> tuple[torch.nn.Module, str | 
     return module, None
 
 
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` itself, or the whole tensor of a DTensor."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
 def _uncompiled(value: Any) -> Any:
     """A set-up module that the user compiled after setup (``torch.compile(lite.setup(model))``): the set-up module
     under torch's wrapper, which Lite's methods take in its place, as Fabric's do; any other value unchanged."""
@@ -960,9 +967,12 @@ class Lite:
         self._hooks.precision_unscale_gradients(optimizer=inner)
         parameters = [parameter for parameter in module.parameters() if parameter.grad is not None]
         if max_norm is not None:
-            return torch.nn.utils.clip_grad_norm_(
+            norm = torch.nn.utils.clip_grad_norm_(
                 parameters, max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite
             )
+            # Sharded parameters (fsdp, model_parallel) give the global norm as a replicated DTensor: a plain tensor
+            # is what a step logs or compares (full_tensor() costs no communication for a replicated one).
+            return _whole(norm)
         torch.nn.utils.clip_grad_value_(parameters, clip_val)  # type: ignore[arg-type]
         return None
 

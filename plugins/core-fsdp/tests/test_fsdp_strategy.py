@@ -34,6 +34,19 @@ def assert_close(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) 
         torch.testing.assert_close(left[name], right[name], rtol=0, atol=1e-5, msg=name)
 
 
+def assert_clipped_like_ddp(directory: Path, mode: str, ddp_run: Path) -> None:
+    """Every step clipped the gradient norm (fsdp_job.CLIP) to the global norm, as ddp does: the same norms on both
+    ranks as under ddp (a per-rank norm of the shards would differ), returned as plain tensors, not DTensors."""
+    from fsdp_job import CLIP
+
+    expected = reports(ddp_run, "ddp")[0]["clip_norms"]
+    assert any(norm > CLIP for _, norm in expected) and any(norm < CLIP for _, norm in expected)
+    for report in reports(directory, mode):
+        assert [name for name, _ in report["clip_norms"]] == ["Tensor"] * len(expected)
+        torch.testing.assert_close([norm for _, norm in report["clip_norms"]], [norm for _, norm in expected],
+                                   rtol=1e-5, atol=0)
+
+
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory, job: Job) -> Path:
     """The same training under ddp, the reference for every fsdp run."""
@@ -47,6 +60,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory, job: Job) -> Path:
 def test_sharded_training_matches_ddp_and_each_rank_holds_half(tmp_path: Path, job: Job, ddp_run: Path) -> None:
     job("fsdp_job.py", "fsdp-sharded", str(tmp_path))
     assert_close(weights(tmp_path, "fsdp-sharded"), weights(ddp_run, "ddp"))
+    assert_clipped_like_ddp(tmp_path, "fsdp-sharded", ddp_run)
     rank0, rank1 = reports(tmp_path, "fsdp-sharded")
     total = rank0["total_elements"]
     assert rank0["local_elements"] + rank1["local_elements"] == total == 10 * 32 + 32 + 32 * 32 + 32 + 32 + 1
@@ -93,6 +107,7 @@ def test_a_full_checkpoint_is_one_file_from_rank_zero(tmp_path: Path, job: Job, 
 def test_accumulation_without_sync_and_cpu_offload_train_like_ddp(tmp_path: Path, job: Job, ddp_run: Path) -> None:
     job("fsdp_job.py", "fsdp-accumulate", str(tmp_path))
     assert_close(weights(tmp_path, "fsdp-accumulate"), weights(ddp_run, "ddp"))
+    assert_clipped_like_ddp(tmp_path, "fsdp-accumulate", ddp_run)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -65,19 +65,26 @@ def same(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -> bool:
     return left.keys() == right.keys() and all(torch.equal(left[name], right[name]) for name in left)
 
 
-def train(lite: core.Lite, micro_batches: int) -> tuple[Any, Any]:
+CLIP = 0.45  # the gradient norm is clipped to this before each step: about half of the 20 steps are over it
+
+
+def train(lite: core.Lite, micro_batches: int) -> tuple[Any, Any, list[Any]]:
+    """Train; also the norm ``clip_gradients`` returned before each step (each rank's, with its type's name)."""
     network = model()
     network, optimizer = lite.setup(network, torch.optim.Adam(network.parameters(), lr=1e-2))
     batch = GLOBAL_BATCH // lite.world_size // micro_batches
     loader = lite.setup_dataloaders(DataLoader(dataset(), batch_size=batch))
+    norms: list[Any] = []
     for index, (inputs, targets) in enumerate(loader):
         last = index % micro_batches == micro_batches - 1
         with lite.no_backward_sync(network, enabled=not last):
             lite.backward(torch.nn.functional.mse_loss(network(inputs), targets) / micro_batches)
         if last:
+            norm = lite.clip_gradients(network, optimizer, max_norm=CLIP)
+            norms.append((type(norm).__name__, float(norm)))
             optimizer.step()
             optimizer.zero_grad()
-    return network, optimizer
+    return network, optimizer, norms
 
 
 def perturb(network: torch.nn.Module) -> None:
@@ -89,10 +96,11 @@ def perturb(network: torch.nn.Module) -> None:
 def run(lite: core.Lite, mode: str, out: Path) -> None:
     from core_fsdp import local_elements
 
-    network, optimizer = train(lite, micro_batches=2 if mode == "fsdp-accumulate" else 1)
+    network, optimizer, norms = train(lite, micro_batches=2 if mode == "fsdp-accumulate" else 1)
     trained = whole(network.state_dict())
     moments = optimizer_moments(optimizer)
     report: dict[str, Any] = {
+        "clip_norms": norms,
         "local_elements": local_elements(network),
         "total_elements": sum(tensor.numel() for tensor in trained.values()),
         "checkpoint_io": lite.active.config.checkpoint_io,
