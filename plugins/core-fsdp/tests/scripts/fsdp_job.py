@@ -81,6 +81,7 @@ def train(lite: core.Lite, micro_batches: int) -> tuple[Any, Any, list[Any]]:
             lite.backward(torch.nn.functional.mse_loss(network(inputs), targets) / micro_batches)
         if last:
             norm = lite.clip_gradients(network, optimizer, max_norm=CLIP)
+            assert norm is not None  # clipping by norm returns it
             norms.append((type(norm).__name__, float(norm)))
             optimizer.step()
             optimizer.zero_grad()
