@@ -20,14 +20,16 @@ from __future__ import annotations
 
 from core.fault_tolerance._callback import FaultTolerance
 from core.fault_tolerance._checkpoints import ResumableCheckpoints
-from core.fault_tolerance._preemption import Preempted
 from core.fault_tolerance._resumer import CHECKPOINT_NAME, MARKER_NAME, CheckpointDirectory
+from core.trainer._requeue import AutoRequeue, Preempted, Requeueable
 
 __all__ = [
     "CHECKPOINT_NAME",
     "MARKER_NAME",
+    "AutoRequeue",
     "CheckpointDirectory",
     "FaultTolerance",
     "Preempted",
+    "Requeueable",
     "ResumableCheckpoints",
 ]

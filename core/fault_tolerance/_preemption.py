@@ -21,29 +21,11 @@ import torch
 
 from core._errors import ConfigurationError
 from core.toolkit import PREEMPTED_EXIT_CODE
+from core.trainer._requeue import Preempted
 
 if TYPE_CHECKING:
     from core.lite import Lite
 
-
-
-class Preempted(SystemExit):
-    """Raised on every rank once the run saved at the step all ranks agreed on; exits with status 75.
-
-    Launchers (core-ddp, ``python -m core.run``) treat it as a stop, not a failure. ``torchrun
-    --max-restarts`` and a requeued SLURM job start the run again, which resumes from the checkpoint.
-    """
-
-    def __init__(self, message: str, step: int, signal_name: str, ranks: Sequence[int], path: str | None) -> None:
-        super().__init__(PREEMPTED_EXIT_CODE)
-        self.message = message
-        self.step = step
-        self.signal_name = signal_name
-        self.ranks = tuple(ranks)
-        self.path = path
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class PreemptionWatch:

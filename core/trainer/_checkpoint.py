@@ -299,6 +299,32 @@ def find_last(directories: Sequence[str], known: Sequence[str]) -> str | None:
     return _newest(candidates)
 
 
+# Lightning's SLURM auto-requeue checkpoints: <default_root_dir>/hpc_ckpt_<n>.ckpt, n counting up from 1.
+HPC_CHECKPOINT_PREFIX: Final = "hpc_ckpt_"
+
+
+def hpc_checkpoint_numbers(directory: str) -> list[int]:
+    """The ``n`` of every ``hpc_ckpt_<n>.ckpt`` in ``directory`` (local), ascending; ``[]`` for none."""
+    numbers = []
+    for path in glob.glob(os.path.join(glob.escape(directory), f"{HPC_CHECKPOINT_PREFIX}*{CHECKPOINT_SUFFIX}")):
+        found = re.fullmatch(rf"{HPC_CHECKPOINT_PREFIX}(\d+){re.escape(CHECKPOINT_SUFFIX)}", os.path.basename(path))
+        if found:
+            numbers.append(int(found.group(1)))
+    return sorted(numbers)
+
+
+def hpc_resume_path(directory: str) -> str | None:
+    """The newest ``hpc_ckpt_<n>.ckpt`` of ``directory`` (the highest ``n``), or ``None``."""
+    numbers = hpc_checkpoint_numbers(directory)
+    return os.path.join(directory, f"{HPC_CHECKPOINT_PREFIX}{numbers[-1]}{CHECKPOINT_SUFFIX}") if numbers else None
+
+
+def hpc_save_path(directory: str) -> str:
+    """Where the next requeue checkpoint goes: ``hpc_ckpt_<highest n + 1>.ckpt`` (``hpc_ckpt_1.ckpt`` first)."""
+    numbers = hpc_checkpoint_numbers(directory)
+    return os.path.join(directory, f"{HPC_CHECKPOINT_PREFIX}{(numbers[-1] if numbers else 0) + 1}{CHECKPOINT_SUFFIX}")
+
+
 class CheckpointNotFoundError(ConfigurationError, FileNotFoundError):
     """``ckpt_path`` names no file: a :class:`core.ConfigurationError` that is also the ``FileNotFoundError``
     Lightning raises there."""
@@ -306,4 +332,4 @@ class CheckpointNotFoundError(ConfigurationError, FileNotFoundError):
 
 def check_ckpt_path(ckpt_path: object) -> None:
     if ckpt_path is not None and not isinstance(ckpt_path, (str, os.PathLike)):
-        raise ConfigurationError(f"ckpt_path={ckpt_path!r}: expected a path, 'last', 'best' or None.")
+        raise ConfigurationError(f"ckpt_path={ckpt_path!r}: expected a path, 'last', 'best', 'hpc' or None.")

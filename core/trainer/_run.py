@@ -27,12 +27,14 @@ from core.module._optimizers import parse_optimizers
 from core.trainer._checkpoint import (
     CheckpointNotFoundError,
     find_last,
+    hpc_resume_path,
     restore_checkpoint_state,
     saved_checkpoint_state,
 )
 from core.trainer._config import check_sync_batchnorm
 from core.trainer._data import find_loaders, overrides, prepare_eval_loader, prepare_train_loader, sequential
 from core.trainer._logging import MetricStore
+from core.trainer._requeue import AutoRequeue, Requeueable
 from core.trainer._stages import EVAL_LOOP_OF_STAGE
 from core.trainer._state import FitProgress
 
@@ -133,6 +135,7 @@ def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | No
     if ckpt_path is None:
         return None
     chosen: str | None = None
+    refusal: str | None = None  # decided on rank 0, raised on every rank after the broadcast (no rank left waiting)
     if trainer.is_global_zero:
         if ckpt_path == "last":
             callbacks = trainer.checkpoint_callbacks
@@ -148,17 +151,26 @@ def _resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str) -> str | No
                     CoreWarning,
                     stacklevel=2,
                 )
+        elif ckpt_path == "hpc":  # Lightning's name for the newest requeue checkpoint
+            chosen = hpc_resume_path(trainer.default_root_dir)
+            if chosen is None:
+                refusal = (
+                    f'{stage}(ckpt_path="hpc") is set but no HPC checkpoint was found (no hpc_ckpt_<n>.ckpt in '
+                    f"{trainer.default_root_dir!r}). Please pass an exact checkpoint path to {stage}(ckpt_path=...)."
+                )
         elif ckpt_path == "best":
             callback = trainer.checkpoint_callback
             chosen = callback.best_model_path if callback is not None else None
             if not chosen:
-                raise ConfigurationError(
+                refusal = (
                     f"{stage}(ckpt_path='best'): no best checkpoint is known (no ModelCheckpoint with monitor= has "
                     f"saved one in this Trainer); pass a path."
                 )
         else:
             chosen = os.fspath(ckpt_path)
-    chosen = trainer.lite.broadcast(chosen)
+    chosen, refusal = trainer.lite.broadcast((chosen, refusal))
+    if refusal is not None:
+        raise ConfigurationError(refusal)
     if chosen is not None and "://" not in chosen and not os.path.exists(chosen):
         raise CheckpointNotFoundError(f"{stage}(ckpt_path={chosen!r}): no such file or directory.")
     return chosen
@@ -187,7 +199,7 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
     trainer.run_state.eval_logged_batches, trainer.run_state.eval_step_bar = {}, {}
     trainer.run_state.batch_logger_step = None
     module.trainer = trainer
-    trainer.callbacks = _with_model_callbacks(trainer.callbacks, module)
+    trainer.callbacks = _with_auto_requeue(_with_model_callbacks(trainer.callbacks, module), lite)
     for callback in trainer.callbacks:  # self.log in a callback logs through the Module, as in Lightning
         if not hasattr(type(callback), "log"):
             callback.log, callback.log_dict = module.log, module.log_dict  # type: ignore[attr-defined]
@@ -210,6 +222,15 @@ def _attach(trainer: Trainer, lite: Lite, stage: str, module: Module, datamodule
         trainer.run_state.metrics = trainer.run_state.train_metrics
         trainer.run_state.callback_metrics, trainer.run_state.logged_metrics = {}, {}
         trainer.run_state.prog_bar_names = set()
+
+
+def _with_auto_requeue(callbacks: list[Callback], lite: Lite) -> list[Callback]:
+    """``callbacks`` with an :class:`~core.fault_tolerance.AutoRequeue` first when the run's environment can requeue
+    its job (SLURM), as Lightning's Trainer saves ``hpc_ckpt_<n>.ckpt`` and requeues; removed at the run's end."""
+    environment = lite.active.environment
+    if not isinstance(environment, Requeueable) or any(isinstance(callback, AutoRequeue) for callback in callbacks):
+        return callbacks
+    return [AutoRequeue(environment), *callbacks]
 
 
 def _with_model_callbacks(callbacks: list[Callback], module: Module) -> list[Callback]:
@@ -236,6 +257,7 @@ def _with_model_callbacks(callbacks: list[Callback], module: Module) -> list[Cal
 
 
 def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
+    trainer.callbacks = [callback for callback in trainer.callbacks if type(callback) is not AutoRequeue]
     module._end_run()  # it keeps its trainer, as in Lightning (model.trainer, model.optimizers() after fit)
     for callback in trainer.callbacks:  # the Module's log methods, lent for the run
         if getattr(callback, "log", None) == module.log:

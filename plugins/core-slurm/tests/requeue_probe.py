@@ -6,7 +6,9 @@
   ``DIR/checkpoint-<rank>.json`` inside the signal handler and rank 0 requeues;
 - ``deferred``: a ``Lite(strategy="ddp")`` loop over gloo; the handler only records the signal, the loop
   agrees on it across ranks each step (an all-reduce), then every rank calls ``environment.requeue()``,
-  whose callback is a collective ``Lite.save`` (rank 0 writes ``DIR/checkpoint.pt``, then a barrier).
+  whose callback is a collective ``Lite.save`` (rank 0 writes ``DIR/checkpoint.pt``, then a barrier);
+- ``trainer``: a ``core.lightning`` Trainer fit under ddp with no requeue code: the Trainer's own auto-requeue
+  saves ``DIR/root/hpc_ckpt_1.ckpt``, requeues and stops (exit 75); the requeued job's fit resumes from it.
 
 Every task writes ``DIR/ready-<rank>`` once it is ready for the signal. After the restart each task finds
 the checkpoint, writes ``DIR/resumed-<rank>.json`` (the step it saved, ``SLURM_RESTART_COUNT``) and exits 0.
@@ -92,10 +94,53 @@ def deferred(directory: Path, rank: int) -> int:
     return int(lite.launch(train) or 0)
 
 
+def trainer(directory: Path, rank: int) -> int:
+    """A Lightning program, unchanged but for its import: no requeue code of its own (Lightning's Trainer's)."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import core.lightning as L
+
+    class Probe(L.Callback):
+        def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+            self.started = time.monotonic()
+            if trainer.global_step > 0:  # the requeued job: fit() resumed from hpc_ckpt_<n>.ckpt by itself
+                resumed(directory, trainer.global_rank, trainer.global_step)
+                trainer.should_stop = True
+
+        def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+            if trainer.global_step == 3:
+                (directory / f"ready-{trainer.global_rank}").touch()
+            if time.monotonic() - self.started > DEADLINE:
+                trainer.should_stop = True  # never signalled: the test fails on the missing checkpoint
+            time.sleep(0.01)
+
+    class Regression(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            inputs, targets = batch
+            return torch.nn.functional.mse_loss(self.layer(inputs), targets)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(200_000, 4, generator=generator), torch.randn(200_000, 1, generator=generator))
+    fit = L.Trainer(accelerator="cpu", strategy="ddp", devices=2, default_root_dir=directory / "root",
+                    max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False, callbacks=[Probe()])
+    fit.fit(Regression(), DataLoader(data, batch_size=8))
+    return 0
+
+
 def main() -> int:
     directory, mode = Path(sys.argv[1]), sys.argv[2]
     rank = int(os.environ["SLURM_PROCID"])
-    return immediate(directory, rank) if mode == "immediate" else deferred(directory, rank)
+    probes = {"immediate": immediate, "deferred": deferred, "trainer": trainer}
+    return probes[mode](directory, rank)
 
 
 if __name__ == "__main__":

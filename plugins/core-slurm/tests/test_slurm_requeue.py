@@ -86,3 +86,22 @@ def test_a_ddp_loop_defers_the_requeue_to_a_step_boundary_and_resumes_from_lite_
     assert (tmp_path / "checkpoint.pt").exists()
     steps = resumed_steps(tmp_path)
     assert steps[0] == steps[1] > 0  # both ranks saved at the same agreed step and restored it
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_lightning_trainer_saves_an_hpc_checkpoint_requeues_and_its_fit_resumes_from_it(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # Lightning's Trainer under SLURM: on SIGUSR1, hpc_ckpt_<n>.ckpt in default_root_dir and scontrol requeue from
+    # rank 0; the requeued job's fit() without ckpt_path starts from it. The program has no requeue code at all.
+    import torch
+
+    run_requeue_cycle(slurm_cluster, tmp_path, "trainer")
+    saved = tmp_path / "root" / "hpc_ckpt_1.ckpt"
+    assert sorted(path.name for path in (tmp_path / "root").glob("hpc_ckpt_*")) == ["hpc_ckpt_1.ckpt"]
+    step = torch.load(saved, weights_only=True)["global_step"]
+    assert step >= 3 and resumed_steps(tmp_path) == [step, step]  # both ranks stopped at one agreed step
+    logs = "\n".join(path.read_text() for path in tmp_path.glob("job-*.out"))
+    assert "the job was requeued at the scheduler's notice" in logs and "exit status 75" in logs
