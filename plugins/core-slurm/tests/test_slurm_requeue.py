@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,9 +77,13 @@ def test_sigusr1_checkpoints_every_task_requeues_and_the_job_resumes(
     assert resumed_steps(tmp_path) == [checkpoint["step"] for checkpoint in saved]
 
 
-@pytest.mark.distributed
-@pytest.mark.slow
-@pytest.mark.timeout(300)
+def training_cycle(test: Callable[..., None]) -> Callable[..., None]:
+    """The marks of a requeue cycle whose tasks train with torch (slower to start than the immediate probe)."""
+    marked: Callable[..., None] = pytest.mark.distributed(pytest.mark.slow(pytest.mark.timeout(300)(test)))
+    return marked
+
+
+@training_cycle
 def test_a_ddp_loop_defers_the_requeue_to_a_step_boundary_and_resumes_from_lite_save(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -88,9 +93,7 @@ def test_a_ddp_loop_defers_the_requeue_to_a_step_boundary_and_resumes_from_lite_
     assert steps[0] == steps[1] > 0  # both ranks saved at the same agreed step and restored it
 
 
-@pytest.mark.distributed
-@pytest.mark.slow
-@pytest.mark.timeout(300)
+@training_cycle
 def test_a_lightning_trainer_saves_an_hpc_checkpoint_requeues_and_its_fit_resumes_from_it(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
