@@ -98,6 +98,13 @@ class Plain(Regressor):
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
+class Empty(Plain):
+    def __init__(self) -> None:  # save_hyperparameters() with no argument to save
+        core.Module.__init__(self)
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(2, 1)
+
+
 class Data(core.DataModule):
     def __init__(self, logger: bool = True, size: int = 8) -> None:
         super().__init__()
@@ -109,17 +116,20 @@ class Data(core.DataModule):
 
 
 @pytest.mark.parametrize(("module", "datamodule", "expected"), [
-    (Plain(), None, [{}]),  # no hyperparameters: the loggers are still called, so the run leaves its hparams file
+    (Plain(), None, []),  # never called save_hyperparameters: nothing to log (Lightning's _log_hyperparams is False)
+    (Empty(), None, [{}]),  # called it with nothing to save: the loggers are called, with no hyperparameters
+    (Plain(logger=True), None, [{"logger": True}]),
     (Plain(logger=False), None, []),
     (Plain(logger=False), Data(), [{"logger": True, "size": 8}]),  # the DataModule's alone
+    (Plain(), Data(), [{"logger": True, "size": 8}]),
     (Plain(logger=False), Data(logger=False), []),
     (Regressor(), Data(), [{"lr": 0.05, "logger": True, "size": 8}]),
 ])
-def test_the_loggers_get_the_hyperparameters_unless_both_sides_said_logger_false(
+def test_the_loggers_get_the_hyperparameters_of_whichever_side_saved_them(
     tmp_path: Path, module: core.Module, datamodule: core.DataModule | None, expected: list[dict[str, Any]]
 ) -> None:
-    # Lightning's _log_hyperparams: log_hyperparams(hparams_initial) whenever the Module or the DataModule logs its
-    # hyperparameters, empty ones included; nothing only when both said save_hyperparameters(logger=False).
+    # Lightning's _log_hyperparams: log_hyperparams(hparams_initial) when the Module or the DataModule called
+    # save_hyperparameters() with logger=True (the default), empty ones included; nothing when neither did.
     recorder = Recorder()
     trainer = _trainer(tmp_path, logger=recorder)
     if datamodule is None:
@@ -129,8 +139,27 @@ def test_the_loggers_get_the_hyperparameters_unless_both_sides_said_logger_false
     assert recorder.hyperparameters == expected
 
 
-def test_a_lightning_run_without_hyperparameters_leaves_an_empty_hparams_yaml(tmp_path: Path) -> None:
+class Logging(Plain):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        self.log("loss", loss)  # the logger writes, so its run directory exists
+        return loss
+
+
+@pytest.mark.parametrize(("logger", "module", "expected"), [
+    # Lightning's TensorBoardLogger writes what it holds when it saves (after a successful run), once its directory
+    # exists; its CSVLogger writes the file only when hyperparameters are logged.
+    ("TensorBoardLogger", Logging, ["{}\n"]),
+    ("CSVLogger", Logging, []),
+    ("CSVLogger", Empty, ["{}\n"]),
+])
+def test_the_hparams_file_appears_as_with_lightnings_loggers(
+    tmp_path: Path, logger: str, module: type[core.Module], expected: list[str]
+) -> None:
     pytest.importorskip("yaml")
-    trainer = _trainer(tmp_path, core.lightning.Trainer, logger=core.lightning.pytorch.loggers.CSVLogger(tmp_path))
-    trainer.fit(Plain(), DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4))
-    assert (tmp_path / "lightning_logs" / "version_0" / "hparams.yaml").read_text() == "{}\n"
+    if logger == "TensorBoardLogger":
+        pytest.importorskip("tensorboard")
+    chosen = getattr(core.lightning.pytorch.loggers, logger)(tmp_path)
+    trainer = _trainer(tmp_path, core.lightning.Trainer, logger=chosen, log_every_n_steps=1)
+    trainer.fit(module(), DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4))
+    assert [path.read_text() for path in tmp_path.rglob("hparams.yaml")] == expected

@@ -8,9 +8,12 @@ a number for ``metrics`` means ``{"hp_metric": number}``). The metrics are logge
 
 from __future__ import annotations
 
+import os
 from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
+
+from core.loggers import Logger
 
 _SHOWN = (bool, int, float, str)
 
@@ -44,6 +47,22 @@ class HpMetric:
     def __init__(self, *args: Any, default_hp_metric: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.default_hp_metric = default_hp_metric
+
+    def save(self) -> None:
+        super().save()  # type: ignore[misc]
+        self._write_missing_hparams_file()
+
+    def finalize(self, status: str) -> None:
+        super().finalize(status)  # type: ignore[misc]
+        if status == "success":  # Lightning saves once more after a successful run
+            self._write_missing_hparams_file()
+
+    def _write_missing_hparams_file(self) -> None:
+        # Lightning's TensorBoardLogger.save(): hparams.yaml once the run's directory exists, so a run that logged no
+        # hyperparameters leaves '{}' (what it logged is already in the file).
+        log_dir: str = self.log_dir  # type: ignore[attr-defined]
+        if os.path.isdir(log_dir) and not os.path.isfile(os.path.join(log_dir, self.hparams_file)):  # type: ignore[attr-defined]
+            Logger.log_hyperparams(self, {})  # type: ignore[arg-type]  # the file only, not the text summary
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None, metrics: Any = None,
                         step: int | None = None) -> None:

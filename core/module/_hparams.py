@@ -99,14 +99,15 @@ class _HyperparametersMixin:
 
     @property
     def hparams_for_loggers(self) -> AttributeDict:
-        """:attr:`hparams`, or nothing after ``save_hyperparameters(logger=False)``: what a run sends to the loggers."""
+        """:attr:`hparams` when :attr:`logs_hparams`, else nothing: what a run sends to the loggers."""
         return self.hparams if self.logs_hparams else AttributeDict()
 
     @property
     def logs_hparams(self) -> bool:
-        """False after ``save_hyperparameters(logger=False)``, else True (also when there are none to save): whether
-        a run hands this object's hyperparameters to its loggers (Lightning's ``_log_hyperparams``)."""
-        return bool(self.__dict__.get("_log_hyperparams", True))
+        """Whether a run hands this object's hyperparameters to its loggers (Lightning's ``_log_hyperparams``): True
+        after ``save_hyperparameters()`` (also with nothing to save), False after ``save_hyperparameters(logger=False)``
+        and without any call."""
+        return bool(self.__dict__.get("_log_hyperparams", False))
 
 
 def read_hparams_file(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -271,8 +271,8 @@ def _detach(trainer: Trainer, module: Module, datamodule: DataModule | None) -> 
 def _log_hyperparameters(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
     if not trainer.config.enable_autolog_hparams or not trainer.loggers:
         return
-    # Lightning's rule: the loggers get the hyperparameters, empty ones too (so a run leaves its hparams file and
-    # TensorBoard's hp_metric), unless both the Module and the DataModule said save_hyperparameters(logger=False).
+    # Lightning's rule: the loggers get the hyperparameters of whichever of the Module and the DataModule called
+    # save_hyperparameters() (logger=True, the default), empty ones too; nothing when neither did.
     if not module.logs_hparams and (datamodule is None or not datamodule.logs_hparams):
         return
     params: dict[str, Any] = dict(module.hparams_for_loggers)
