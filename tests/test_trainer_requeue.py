@@ -41,7 +41,7 @@ def loader() -> DataLoader[Any]:
                       batch_size=4)
 
 
-def trainer(root: Path, **flags: Any) -> L.Trainer:
+def trainer(root: Path, **flags: Any) -> Any:  # core.lightning.Trainer (its Lightning names, ckpt_path)
     return L.Trainer(accelerator="cpu", devices=1, default_root_dir=root, logger=False, enable_checkpointing=False,
                      enable_progress_bar=False, enable_model_summary=False, **flags)
 

@@ -24,7 +24,7 @@ from core.trainer._checkpoint import hpc_resume_path, hpc_save_path
 
 if TYPE_CHECKING:
     from core.module import Module
-    from core.trainer import Trainer
+    from core.trainer._view import LoopView as Trainer  # the protocol: the Trainer's class imports this module
 
 
 class Preempted(SystemExit):
