@@ -17,11 +17,9 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from core._errors import ConfigurationError
 from core.toolkit import PREEMPTED_EXIT_CODE
-from core.trainer._requeue import Preempted
+from core.trainer._requeue import Preempted, every_ranks
 
 if TYPE_CHECKING:
     from core.lite import Lite
@@ -72,10 +70,7 @@ class PreemptionWatch:
 
         A collective when the run has several processes: call it on every rank at the same point.
         """
-        if lite.world_size == 1:
-            return self.received, [0] if self.received else []
-        heard = lite.all_gather(torch.tensor([self.received], dtype=torch.int64, device=lite.device))
-        per_rank = [int(value) for value in heard.reshape(-1).tolist()]
+        per_rank = every_ranks(lite, self.received)
         ranks = [rank for rank, number in enumerate(per_rank) if number]
         return (per_rank[ranks[0]] if ranks else 0), ranks
 

@@ -313,16 +313,20 @@ def hpc_checkpoint_numbers(directory: str) -> list[int]:
     return sorted(numbers)
 
 
+def _hpc_path(directory: str, number: int) -> str:
+    return os.path.join(directory, f"{HPC_CHECKPOINT_PREFIX}{number}{CHECKPOINT_SUFFIX}")
+
+
 def hpc_resume_path(directory: str) -> str | None:
     """The newest ``hpc_ckpt_<n>.ckpt`` of ``directory`` (the highest ``n``), or ``None``."""
     numbers = hpc_checkpoint_numbers(directory)
-    return os.path.join(directory, f"{HPC_CHECKPOINT_PREFIX}{numbers[-1]}{CHECKPOINT_SUFFIX}") if numbers else None
+    return _hpc_path(directory, numbers[-1]) if numbers else None
 
 
 def hpc_save_path(directory: str) -> str:
     """Where the next requeue checkpoint goes: ``hpc_ckpt_<highest n + 1>.ckpt`` (``hpc_ckpt_1.ckpt`` first)."""
     numbers = hpc_checkpoint_numbers(directory)
-    return os.path.join(directory, f"{HPC_CHECKPOINT_PREFIX}{(numbers[-1] if numbers else 0) + 1}{CHECKPOINT_SUFFIX}")
+    return _hpc_path(directory, (numbers[-1] if numbers else 0) + 1)
 
 
 class CheckpointNotFoundError(ConfigurationError, FileNotFoundError):

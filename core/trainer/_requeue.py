@@ -23,6 +23,7 @@ from core.toolkit import PREEMPTED_EXIT_CODE
 from core.trainer._checkpoint import hpc_resume_path, hpc_save_path
 
 if TYPE_CHECKING:
+    from core.lite import Lite
     from core.module import Module
     from core.trainer._view import LoopView as Trainer  # the protocol: the Trainer's class imports this module
 
@@ -44,6 +45,15 @@ class Preempted(SystemExit):
 
     def __str__(self) -> str:
         return self.message
+
+
+def every_ranks(lite: Lite, value: int) -> list[int]:
+    """``value`` as each global rank holds it, in rank order (one small ``all_gather``; a collective on several
+    processes): how a notice that only some ranks received becomes one answer on every rank."""
+    if lite.world_size == 1:
+        return [value]
+    gathered = lite.all_gather(torch.tensor([value], dtype=torch.int64, device=lite.device))
+    return [int(each) for each in gathered.reshape(-1).tolist()]
 
 
 @runtime_checkable
@@ -102,25 +112,23 @@ class AutoRequeue(Callback):
     def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not self.enabled or trainer.sanity_checking:
             return
-        lite = trainer.lite
-        heard = [int(self.environment.requeue_requested)]
-        if lite.world_size > 1:  # every rank stops at the same step, whichever ones heard the notice
-            flags = lite.all_gather(torch.tensor(heard, dtype=torch.int64, device=lite.device))
-            heard = [int(flag) for flag in flags.reshape(-1).tolist()]
-        if not any(heard):
+        # Every rank stops at the same step, whichever ones heard the notice.
+        heard = every_ranks(trainer.lite, int(self.environment.requeue_requested))
+        ranks = [rank for rank, flag in enumerate(heard) if flag]
+        if not ranks:
             return
         self._path = None
         self.environment.requeue()  # every rank: the callback (the save, collective); then rank 0 requeues
         step = trainer.global_step
         message = (
             f"core: the job was requeued at the scheduler's notice (received by global rank(s) "
-            f"{[rank for rank, flag in enumerate(heard) if flag]}): every rank stopped after step {step}, saved "
+            f"{ranks}): every rank stopped after step {step}, saved "
             f"{self._path} and global rank 0 requeued the job. The requeued job resumes from it (fit() without "
             f"ckpt_path); this run ends with exit status {PREEMPTED_EXIT_CODE}."
         )
         if trainer.is_global_zero:
             print(message, file=sys.stderr, flush=True)
-        raise Preempted(message, step, "requeue", [rank for rank, flag in enumerate(heard) if flag], self._path)
+        raise Preempted(message, step, "requeue", ranks, self._path)
 
     def _save(self, trainer: Trainer) -> None:
         path: str = trainer.lite.broadcast(hpc_save_path(trainer.default_root_dir) if trainer.is_global_zero else "")
