@@ -32,6 +32,8 @@ from core._errors import ConfigurationError
 from core.toolkit._engines import quieted
 from core.toolkit.tensors import apply_to_tensors
 
+from ._settle import settle
+
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor
@@ -300,6 +302,9 @@ class ShardedModules:
             return
         self.holds_group = False
         if dist.is_initialized():
+            # Collectives since the teardown's settled barrier (a ``full_tensor()`` of the user's after fit) may
+            # still be freed on gloo's workers: let them finish while the interpreter is alive (._settle).
+            settle()
             dist.destroy_process_group()
         for module in list(self._modules):
             for mesh in _meshes_of(module):
