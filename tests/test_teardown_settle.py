@@ -28,21 +28,28 @@ import torch.distributed as dist
 
 from core.toolkit.strategies._settle import settle
 
-JOB = textwrap.dedent(
+# What both jobs start with: a callback that runs Python code for 1.5 s on whichever thread frees the tensor it is
+# attached to, and writes a file when it ends.
+PREAMBLE = textwrap.dedent(
     """
-    import sys, time, weakref
+    import os, sys, time, weakref
     from pathlib import Path
     import torch, torch.distributed as dist
     import core
 
     OUT = Path(sys.argv[1])
-    GROUPS = []  # the script keeps its group, as DeepSpeed keeps its own: destroying the world does not free it
 
     def busy(rank):
         end = time.monotonic() + 1.5
         while time.monotonic() < end:  # Python code on gloo's worker thread, taking the GIL over and over
             pass
         (OUT / f"callback-{rank}").write_text("done")
+    """
+)
+
+JOB = PREAMBLE + textwrap.dedent(
+    """
+    GROUPS = []  # the script keeps its group, as DeepSpeed keeps its own: destroying the world does not free it
 
     def main(lite):
         group = dist.new_group([0, 1])
@@ -70,21 +77,9 @@ def test_a_worker_freeing_tensors_after_the_run_does_not_abort_the_process(tmp_p
     _run_job(tmp_path, JOB)
 
 
-AFTER_THE_RUN = textwrap.dedent(
+AFTER_THE_RUN = PREAMBLE + textwrap.dedent(
     """
-    import os, sys, time, weakref
-    from pathlib import Path
-    import torch, torch.distributed as dist
-    import core
-
-    OUT = Path(sys.argv[1])
     MODULES = []  # the script keeps its sharded module: the run keeps the default group for it until exit
-
-    def busy(rank):
-        end = time.monotonic() + 1.5
-        while time.monotonic() < end:  # Python code on gloo's worker thread, taking the GIL over and over
-            pass
-        (OUT / f"callback-{rank}").write_text("done")
 
     def main(lite):
         MODULES.append(lite.setup_module(torch.nn.Linear(4, 4)))
