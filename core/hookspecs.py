@@ -341,18 +341,27 @@ def strategy_setup_module(module: torch.nn.Module) -> torch.nn.Module:
 
 
 @hookspec(firstresult=True)
-def strategy_compile(module: torch.nn.Module) -> torch.nn.Module | None:
+def strategy_compile(
+    module: torch.nn.Module, compile_in_place: Callable[[torch.nn.Module], None]
+) -> torch.nn.Module | None:
     """Compile a set-up module the way this strategy's engine compiles best (the user passed a compiled model).
 
     :param module: What :func:`strategy_setup_module` (or :func:`strategy_setup_module_and_optimizers`) returned
         for a module the user had passed through ``torch.compile``.
-    :return: The module to run the forward pass through, compiled (the same object when compiled in place, as
-        ``torch.nn.Module.compile`` does); ``None`` to let Lite compile the whole module with ``torch.compile``.
+    :param compile_in_place: ``compile_in_place(submodule)`` compiles a module in place with the settings of the
+        user's ``torch.compile`` call (its backend, mode, options, ``fullgraph`` and ``dynamic``), as
+        ``submodule.compile(...)`` with those arguments would. Use it rather than ``torch.nn.Module.compile()``,
+        which would compile with torch's defaults. Torch runs the ``forward`` of its own layers (``nn.Linear``,
+        ``nn.LayerNorm``, ...) eagerly when compiled alone this way; compile blocks whose ``forward`` is the
+        user's.
+    :return: The module to run the forward pass through, compiled (the same object when compiled in place);
+        ``None`` to let Lite compile the whole module, with the user's settings as well.
 
     Implemented by strategies that compile parts of the module (FSDP2: each sharded block, as torch
     recommends) or through their engine (DeepSpeed's ``engine.compile()``, which leaves the engine's own hooks
     eager); optional. Called once per compiled module by ``Lite.setup`` / ``Lite.setup_module``, after the module
-    was set up. Added in contract 1 before its first release. Stops at first non-None result.
+    was set up. Added in contract 1 before its first release (``compile_in_place`` too); an implementation may
+    leave ``compile_in_place`` out of its parameters. Stops at first non-None result.
     """
 
 

@@ -67,3 +67,6 @@ def test_a_compiled_model_trains_like_the_eager_one_and_checkpoints_plain_keys(t
     in_place = {"fsdp_blocks": ["0", "2"], "deepspeed_stage_2": [""]}.get(strategy, [])
     assert compiled["compiled_blocks"] == in_place, compiled["compiled_blocks"]
     assert eager["compiled_blocks"] == []
+    # Compiled with the user's own backend (and so with their other settings), never torch's default: graphs went
+    # through it. Before, Lite compiled again with torch's defaults, and none did.
+    assert eager["graphs"] == [] and compiled["graphs"], compiled["graphs"]

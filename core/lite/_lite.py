@@ -139,6 +139,24 @@ def _compiled(module: object) -> torch.nn.Module | None:
     return None
 
 
+def _recompiler(wrapper: torch.nn.Module) -> Callable[[Any], Any]:
+    """What compiles another module or function as the user's ``torch.compile`` call compiled ``wrapper``: with its
+    backend, mode, options, ``fullgraph`` and ``dynamic``. That is the wrapper's dynamo context, which wraps a module
+    (in a new ``OptimizedModule``) or a function as ``torch.compile`` with those arguments would; torch's defaults
+    where the wrapper has none."""
+    context = getattr(wrapper, "dynamo_ctx", None)
+    return context if callable(context) else torch.compile
+
+
+def _in_place_compiler(recompile: Callable[[Any], Any]) -> Callable[[torch.nn.Module], None]:
+    """``compile_in_place`` of the ``strategy_compile`` hook: ``torch.nn.Module.compile`` with the user's settings."""
+
+    def compile_in_place(module: torch.nn.Module) -> None:
+        module._compiled_call_impl = recompile(module._call_impl)
+
+    return compile_in_place
+
+
 def _as_list(value: object) -> list[Any]:
     if value is None:
         return []
@@ -631,7 +649,7 @@ class Lite:
         if together is None:
             forward_module = hooks.strategy_setup_module(module=converted)
             self._materialized(converted, empty)
-            lite_module = self._wrap_module(forward_module, converted, compiled is not None)
+            lite_module = self._wrap_module(forward_module, converted, module if compiled is not None else None)
             wrapped = tuple(self._setup_optimizer(optimizer) for optimizer in optimizers)
             self._link(module, wrapped)
             return (lite_module, *wrapped)
@@ -642,7 +660,7 @@ class Lite:
                 f"The strategy {self._active.config.strategy!r} returned {len(prepared)} optimizer(s) from "
                 f"strategy_setup_module_and_optimizers for the {len(optimizers)} given; expected one per optimizer."
             )
-        lite_module = self._wrap_module(forward_module, converted, compiled is not None)
+        lite_module = self._wrap_module(forward_module, converted, module if compiled is not None else None)
         wrapped = tuple(wrap_optimizer(optimizer, hooks.strategy_optimizer_step) for optimizer in prepared)
         self._link(module, wrapped)
         return (lite_module, *wrapped)
@@ -676,7 +694,7 @@ class Lite:
         empty = _on_meta_device(converted)
         forward_module = self._hooks.strategy_setup_module(module=converted)
         self._materialized(converted, empty)
-        lite_module = self._wrap_module(forward_module, converted, compiled is not None)
+        lite_module = self._wrap_module(forward_module, converted, module if compiled is not None else None)
         self._link(module)
         return lite_module
 
@@ -728,16 +746,20 @@ class Lite:
             self._hooks.precision_module_materialized(module=_conversion_target(converted)[0])
 
     def _wrap_module(
-        self, forward_module: torch.nn.Module, converted: torch.nn.Module, compile: bool = False
+        self, forward_module: torch.nn.Module, converted: torch.nn.Module, compiled_by: torch.nn.Module | None = None
     ) -> LiteModule:
         strategy_module = forward_module
-        if compile:
-            # torch.compile'd by the user: the strategy wrapped the plain module, and the wrapped one is compiled
-            # now (after DDP wrapping / FSDP sharding, as torch recommends), by the strategy where it knows better
-            # (FSDP2 per block, DeepSpeed through its engine). State dicts stay the plain module's; the strategy's
-            # hooks keep receiving the module its setup returned (a DeepSpeed engine finds itself).
-            compiled = self._hooks.strategy_compile(module=forward_module)
-            forward_module = cast(torch.nn.Module, torch.compile(forward_module) if compiled is None else compiled)
+        if compiled_by is not None:
+            # torch.compile'd by the user (``compiled_by`` is their wrapper): the strategy wrapped the plain module,
+            # and the wrapped one is compiled now (after DDP wrapping / FSDP sharding, as torch recommends), with the
+            # user's compile settings, by the strategy where it knows better (FSDP2 per block, DeepSpeed through its
+            # engine). State dicts stay the plain module's; the strategy's hooks keep receiving the module its setup
+            # returned (a DeepSpeed engine finds itself).
+            recompile = _recompiler(compiled_by)
+            compiled = self._hooks.strategy_compile(
+                module=forward_module, compile_in_place=_in_place_compiler(recompile)
+            )
+            forward_module = cast(torch.nn.Module, recompile(forward_module) if compiled is None else compiled)
         self._module_count += 1
         # backward() without model= refers to the one module, as long as there is only one.
         self._single_module = strategy_module if self._module_count == 1 else None

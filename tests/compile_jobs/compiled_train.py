@@ -1,10 +1,11 @@
 """``python compiled_train.py OUT STRATEGY``: a tiny MLP trained 6 steps under Lite, eager then compiled.
 
-STRATEGY is an alias, ``fsdp_blocks`` (fsdp with each Linear its own unit), or ``model_parallel_1x2`` /
+STRATEGY is an alias, ``fsdp_blocks`` (fsdp with each Dense layer its own unit), or ``model_parallel_1x2`` /
 ``model_parallel_2x1`` (data x tensor parallel: the first layer
 column-wise and the last row-wise over the tensor dimension, ``fully_shard`` over the data dimension).
 Both runs share one launch (one set of processes, so one start-up): first the eager model, then a fresh one passed
-through ``torch.compile`` before ``lite.setup``. For each, global rank 0 writes OUT/{eager,compiled}/result.pt: the
+through ``torch.compile`` with a backend of the user's (inductor, recording the graphs it compiles) before
+``lite.setup``. For each, global rank 0 writes OUT/{eager,compiled}/result.pt: the
 full trained weights, the keys ``model.state_dict()`` (what ``lite.save`` writes) has, and
 the weights read back from the checkpoint into a plain, uncompiled model.
 """
@@ -19,9 +20,30 @@ from torch.utils.data import DataLoader, TensorDataset
 from core import Lite
 
 
+class Dense(torch.nn.Linear):
+    """A Linear whose forward is the user's: torch runs its own layers' forward eagerly when one is compiled alone in
+    place (``nn.Linear().compile()`` captures no graph), as fsdp_blocks compiles its blocks."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return super().forward(input)
+
+
 def net() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    return torch.nn.Sequential(Dense(8, 32), torch.nn.Tanh(), Dense(32, 1))
+
+
+GRAPHS: list[int] = []
+"""The size of each graph the user's compile backend was given (see :func:`recording_inductor`)."""
+
+
+def recording_inductor(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+    """The user's own compile backend: inductor, which records each graph it compiles. Lite must compile the set-up
+    module with it (and the user's other settings), not with torch's default backend."""
+    from torch._inductor.compile_fx import compile_fx
+
+    GRAPHS.append(len(graph.graph.nodes))
+    return compile_fx(graph, example_inputs)
 
 
 def copies(lite: Lite) -> int:
@@ -46,10 +68,10 @@ def parallelize(module: torch.nn.Module, mesh: Any) -> torch.nn.Module:
 
 
 def strategy_of(name: str) -> Any:
-    if name == "fsdp_blocks":  # each Linear its own FSDP unit: the strategy compiles them one by one
+    if name == "fsdp_blocks":  # each Dense its own FSDP unit: the strategy compiles them one by one
         from core_fsdp import FSDPStrategy
 
-        return FSDPStrategy(auto_wrap_policy={torch.nn.Linear})
+        return FSDPStrategy(auto_wrap_policy={Dense})
     if not name.startswith("model_parallel_"):
         return name
     from core_model_parallel import ModelParallelStrategy
@@ -65,7 +87,7 @@ def main(lite: Lite, out: Path) -> None:
 
 def train(lite: Lite, out: Path, compiled: bool) -> None:
     # torch.compile is typed as returning a plain Callable; at run time it is the OptimizedModule Lite takes.
-    model = cast(torch.nn.Module, torch.compile(net())) if compiled else net()
+    model = cast(torch.nn.Module, torch.compile(net(), backend=recording_inductor)) if compiled else net()
     model, optimizer = lite.setup(model, torch.optim.SGD(model.parameters(), lr=0.05))
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(96, 8, generator=generator)
@@ -85,7 +107,7 @@ def train(lite: Lite, out: Path, compiled: bool) -> None:
     blocks = [name for name, sub in model.module.named_modules() if getattr(sub, "_compiled_call_impl", None)]
     if lite.is_global_zero:
         torch.save({"weights": weights, "keys": list(model.state_dict()), "reloaded": reloaded,
-                    "compiled_blocks": blocks}, out / "result.pt")
+                    "compiled_blocks": blocks, "graphs": list(GRAPHS)}, out / "result.pt")
 
 
 if __name__ == "__main__":

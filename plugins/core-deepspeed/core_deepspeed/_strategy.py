@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 import torch.distributed as dist
@@ -328,13 +328,21 @@ class DeepSpeedStrategy(ParallelStrategy):
         return engine
 
     @hookimpl
-    def strategy_compile(self, module: torch.nn.Module) -> torch.nn.Module | None:
+    def strategy_compile(
+        self, module: torch.nn.Module, compile_in_place: Callable[[torch.nn.Module], None]
+    ) -> torch.nn.Module | None:
         """Compile the module inside the engine (``engine.compile()``): the engine's own forward, its timers and
         ZeRO's hooks stay eager. Compiling the engine as a whole broke its graph 12 times per step and recompiled
-        its forward (bench/analysis.md)."""
+        its forward (bench/analysis.md).
+
+        The engine compiles with DeepSpeed's backend and torch's defaults; the module inside it is then compiled
+        again with the user's settings, unless the config enables DeepCompile (whose backend DeepSpeed chose)."""
         if not any(module is engine for engine in self._engines):
             return None
         module.compile()
+        deep_compile = getattr(module, "is_deepcompile_enabled", None)
+        if not (callable(deep_compile) and deep_compile()):
+            compile_in_place(cast(torch.nn.Module, module.module))
         return module
 
     @hookimpl

@@ -22,7 +22,7 @@ again), a module created empty included. Making it whole is explicit: :func:`cor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from itertools import chain
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -236,15 +236,18 @@ class FSDPStrategy(ShardedStrategy):
         return module
 
     @hookimpl
-    def strategy_compile(self, module: torch.nn.Module) -> torch.nn.Module | None:
-        """Compile each sharded block in place (torch's recommendation for FSDP2), the root's own layers eager.
+    def strategy_compile(
+        self, module: torch.nn.Module, compile_in_place: Callable[[torch.nn.Module], None]
+    ) -> torch.nn.Module | None:
+        """Compile each sharded block in place (torch's recommendation for FSDP2) with the user's compile settings,
+        the root's own layers eager.
 
         Without blocks (no ``auto_wrap_policy``) Lite compiles the whole module."""
         blocks = [block for block in module.modules() if block is not module and isinstance(block, FSDPModule)]
         if not blocks:
             return None
         for block in blocks:
-            block.compile()
+            compile_in_place(block)
         return module
 
     @hookimpl
